@@ -1,0 +1,388 @@
+"""The testbed: a models x settings table of accuracies, with sizes and model metadata.
+
+A :class:`Testbed` is what every analysis reads (Taori et al. 2020 call the collection of
+evaluated models a *testbed*). It holds three aligned tables:
+
+* ``accuracies`` - top-1 accuracy in percent (0-100), one row per model, one column per
+  evaluation setting; ``NaN`` means "not evaluated" and is skipped (and counted) by analyses;
+* ``sizes`` - the number of test examples behind each cell (for Clopper-Pearson intervals);
+  ``NaN`` when unknown;
+* ``metadata`` - per model: ``model_type`` (``STANDARD``, ``ROBUST_INTV``, ``LP_ADV``,
+  ``MORE_DATA``, ...), ``arch`` and free-form ``tags``, plus any extra columns.
+
+File format (CSV or Parquet, chosen by the extension). *Wide*: a ``model`` column, optional
+metadata columns ``model_type``, ``arch``, ``tags`` (``;``-separated) and ``meta:<name>``,
+optional size columns ``<setting>_dataset_size``, and every other column is a setting with
+accuracies in percent. *Long*: columns ``model, setting, accuracy`` and optionally
+``n_examples``, ``model_type``, ``arch``, ``tags``. :meth:`Testbed.save` writes the wide form.
+
+This module needs only numpy and pandas (no torch).
+
+Example
+-------
+>>> import pandas as pd
+>>> tb = Testbed.from_frame(pd.DataFrame({
+...     "model": ["a", "b", "c"], "model_type": ["STANDARD"] * 3,
+...     "val": [70.0, 75.0, 80.0], "v2": [58.0, 63.5, 69.0]}))
+>>> tb.settings
+['val', 'v2']
+>>> tb.select(models=["a", "b"]).models
+['a', 'b']
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from shiftbench.errors import ConfigError, DataError, did_you_mean
+
+#: Model types used by the published testbed (Taori et al. 2020, Appendix) and by shiftbench.
+MODEL_TYPES: dict[str, str] = {
+    "STANDARD": "trained on the in-distribution training set without a robustness intervention",
+    "ROBUST_INTV": "a robustness intervention (augmentation, architecture, training objective)",
+    "LP_ADV": "l_p adversarially trained",
+    "MORE_DATA": "trained on substantially more data than the in-distribution training set",
+    "LOW_ACCURACY_CNN": "early-stopped or subsampled-data CNNs",
+    "UNKNOWN": "no type given",
+}
+METADATA_COLUMNS = ("model_type", "arch", "tags")
+META_PREFIX = "meta:"
+SIZE_SUFFIX = "_dataset_size"
+UNKNOWN_TYPE = "UNKNOWN"
+ALL = "all"
+
+
+def _as_tags(value: object) -> tuple[str, ...]:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ()
+    if isinstance(value, str):
+        return tuple(t.strip() for t in value.split(";") if t.strip())
+    return tuple(str(t) for t in value)  # type: ignore[union-attr]
+
+
+class Testbed:
+    """A models x settings table of accuracies (percent) with example counts and metadata.
+
+    Parameters
+    ----------
+    accuracies:
+        DataFrame indexed by model name, one column per setting, accuracy in percent.
+    sizes:
+        Same shape (missing rows/columns are filled with ``NaN``): examples per cell.
+    metadata:
+        DataFrame indexed by model name with ``model_type``, ``arch``, ``tags`` and any extra
+        columns. Missing models get type ``UNKNOWN``.
+    name:
+        A short name used in messages, figures and reports.
+    source:
+        Where the table came from (a file path or a reference name), used in error messages.
+    """
+
+    def __init__(
+        self,
+        accuracies: pd.DataFrame,
+        sizes: pd.DataFrame | None = None,
+        metadata: pd.DataFrame | None = None,
+        *,
+        name: str = "testbed",
+        source: str | None = None,
+    ) -> None:
+        self.name = name
+        self.source = source or name
+        acc = accuracies.copy()
+        acc.index = acc.index.astype(str)
+        acc.index.name = "model"
+        acc.columns = [str(c) for c in acc.columns]
+        if acc.index.has_duplicates:
+            dup = acc.index[acc.index.duplicated()][0]
+            raise DataError(f"{self.source}: model {dup!r} appears twice; give each row a unique model name")
+        if len(set(acc.columns)) != len(acc.columns):
+            dup = next(c for c in acc.columns if list(acc.columns).count(c) > 1)
+            raise DataError(f"{self.source}: setting {dup!r} appears twice; give each column a unique name")
+        self.accuracies = self._validated(acc)
+        if sizes is None:
+            sizes = pd.DataFrame(index=acc.index, columns=acc.columns, dtype=float)
+        self.sizes = sizes.reindex(index=acc.index, columns=acc.columns).astype(float)
+        self.metadata = self._complete_metadata(metadata, acc.index)
+
+    # ------------------------------------------------------------------ validation
+    def _validated(self, acc: pd.DataFrame) -> pd.DataFrame:
+        numeric = acc.apply(pd.to_numeric, errors="coerce").astype(float)
+        bad = numeric.isna() & acc.notna() & (acc.astype(str).apply(lambda s: s.str.strip()) != "")
+        if bad.to_numpy().any():
+            model, setting = bad.stack()[lambda s: s].index[0]
+            raise DataError(
+                f"{self.source}: non-numeric accuracy {acc.at[model, setting]!r} for model {model!r} "
+                f"on setting {setting!r}; give accuracies in percent (0-100) and leave "
+                f"unevaluated cells empty"
+            )
+        out_of_range = (numeric < 0) | (numeric > 100)
+        if out_of_range.to_numpy().any():
+            model, setting = out_of_range.stack()[lambda s: s].index[0]
+            raise DataError(
+                f"{self.source}: accuracy {numeric.at[model, setting]:g} for model {model!r} on "
+                f"setting {setting!r} is outside [0, 100]; accuracies are percentages (if "
+                f"{setting!r} is not a setting, name its column 'meta:{setting}')"
+            )
+        return numeric
+
+    @staticmethod
+    def _complete_metadata(metadata: pd.DataFrame | None, index: pd.Index) -> pd.DataFrame:
+        meta = pd.DataFrame(index=index) if metadata is None else metadata.copy()
+        meta.index = meta.index.astype(str)
+        meta = meta[~meta.index.duplicated()].reindex(index)
+        meta.index.name = "model"
+        types = meta["model_type"] if "model_type" in meta else pd.Series(np.nan, index=index)
+        meta["model_type"] = types.where(types.notna() & (types.astype(str) != ""), UNKNOWN_TYPE).astype(str)
+        if "arch" not in meta:
+            meta["arch"] = pd.Series(pd.NA, index=index, dtype="string")
+        tags = meta["tags"] if "tags" in meta else pd.Series([None] * len(index), index=index)
+        meta["tags"] = [_as_tags(t) for t in tags]
+        rest = [c for c in meta.columns if c not in METADATA_COLUMNS]
+        return meta[list(METADATA_COLUMNS) + rest]
+
+    # ------------------------------------------------------------------ construction / IO
+    @classmethod
+    def from_frame(cls, frame: pd.DataFrame, *, name: str = "testbed", source: str | None = None) -> Testbed:
+        """Build a testbed from a wide or long DataFrame (see the module docstring)."""
+        source = source or name
+        if "model" not in frame.columns:
+            raise DataError(f"{source}: no 'model' column; the first column must name each model")
+        frame = frame.copy()
+        frame["model"] = frame["model"].astype(str).str.strip()
+        if {"setting", "accuracy"} <= set(frame.columns):
+            return cls._from_long(frame, name=name, source=source)
+        meta_cols = [c for c in frame.columns if c in METADATA_COLUMNS or str(c).startswith(META_PREFIX)]
+        size_cols = [c for c in frame.columns if str(c).endswith(SIZE_SUFFIX)]
+        setting_cols = [c for c in frame.columns if c not in meta_cols and c not in size_cols and c != "model"]
+        if frame["model"].duplicated().any():
+            dup = frame.loc[frame["model"].duplicated(), "model"].iloc[0]
+            raise DataError(f"{source}: model {dup!r} appears in two rows; give each row a unique model name")
+        frame = frame.set_index("model")
+        meta = frame[meta_cols].rename(columns=lambda c: c[len(META_PREFIX):] if c.startswith(META_PREFIX) else c)
+        sizes = frame[size_cols].rename(columns=lambda c: c[: -len(SIZE_SUFFIX)])
+        sizes = sizes.apply(pd.to_numeric, errors="coerce")
+        return cls(frame[setting_cols], sizes, meta, name=name, source=source)
+
+    @classmethod
+    def _from_long(cls, frame: pd.DataFrame, *, name: str, source: str) -> Testbed:
+        dup = frame.duplicated(["model", "setting"])
+        if dup.any():
+            row = frame[dup].iloc[0]
+            raise DataError(f"{source}: model {row['model']!r} has two rows for setting {row['setting']!r}")
+        acc = frame.pivot(index="model", columns="setting", values="accuracy")
+        sizes = frame.pivot(index="model", columns="setting", values="n_examples") if "n_examples" in frame else None
+        meta_cols = [c for c in frame.columns if c in METADATA_COLUMNS or str(c).startswith(META_PREFIX)]
+        meta = frame.groupby("model", sort=False)[meta_cols].first() if meta_cols else None
+        if meta is not None:
+            meta = meta.rename(columns=lambda c: c[len(META_PREFIX):] if c.startswith(META_PREFIX) else c)
+        order = list(dict.fromkeys(frame["model"]))
+        acc = acc.reindex(order)[list(dict.fromkeys(frame["setting"].astype(str)))]
+        return cls(acc, sizes, meta, name=name, source=source)
+
+    @classmethod
+    def read(cls, path: str | Path, *, name: str | None = None) -> Testbed:
+        """Read a testbed from a ``.csv`` or ``.parquet`` file (wide or long form)."""
+        path = Path(path)
+        if not path.exists():
+            raise DataError(f"{path}: no such testbed file; give a CSV/Parquet table or a reference name")
+        suffix = path.suffix.lower()
+        try:
+            if suffix == ".csv":
+                frame = pd.read_csv(path, dtype={"model": str}, keep_default_na=True)
+            elif suffix in (".parquet", ".pq"):
+                frame = pd.read_parquet(path)
+            else:
+                raise DataError(f"{path}: unknown table format {suffix!r}; use .csv or .parquet")
+        except (pd.errors.ParserError, UnicodeDecodeError, OSError, ValueError) as exc:
+            if isinstance(exc, DataError):
+                raise
+            raise DataError(f"{path}: cannot read the table ({exc}); is it a valid {suffix[1:]} file?") from exc
+        return cls.from_frame(frame, name=name or path.stem, source=str(path))
+
+    def to_frame(self) -> pd.DataFrame:
+        """The wide form: ``model``, metadata, settings, then ``<setting>_dataset_size``."""
+        meta = self.metadata.copy()
+        meta["tags"] = [";".join(t) for t in meta["tags"]]
+        meta = meta.rename(columns=lambda c: c if c in METADATA_COLUMNS else META_PREFIX + c)
+        sizes = self.sizes.dropna(axis=1, how="all").add_suffix(SIZE_SUFFIX)
+        out = pd.concat([meta, self.accuracies, sizes], axis=1)
+        return out.reset_index()
+
+    def to_long(self) -> pd.DataFrame:
+        """The long form: one row per evaluated (model, setting) with accuracy and size."""
+        acc = self.accuracies.stack().rename("accuracy")
+        n = self.sizes.stack(future_stack=True).rename("n_examples")
+        out = pd.concat([acc, n.reindex(acc.index)], axis=1).reset_index()
+        out.columns = ["model", "setting", "accuracy", "n_examples"]
+        return out.merge(self.metadata[["model_type"]], left_on="model", right_index=True)
+
+    def save(self, path: str | Path) -> Path:
+        """Write the wide form to ``.csv`` or ``.parquet`` (by extension); returns the path."""
+        path = Path(path)
+        frame = self.to_frame()
+        suffix = path.suffix.lower()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if suffix == ".csv":
+            frame.to_csv(path, index=False)
+        elif suffix in (".parquet", ".pq"):
+            frame.to_parquet(path, index=False)
+        else:
+            raise ConfigError(f"{path}: unknown table format {suffix!r}; use .csv or .parquet")
+        return path
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def models(self) -> list[str]:
+        """Model names, in table order."""
+        return list(self.accuracies.index)
+
+    @property
+    def settings(self) -> list[str]:
+        """Setting names, in table order."""
+        return list(self.accuracies.columns)
+
+    @property
+    def model_types(self) -> pd.Series:
+        """``model_type`` of every model (a Series indexed by model)."""
+        return self.metadata["model_type"]
+
+    @property
+    def tags(self) -> set[str]:
+        """Every tag used by some model."""
+        return {t for ts in self.metadata["tags"] for t in ts}
+
+    def __len__(self) -> int:
+        return len(self.accuracies)
+
+    def __repr__(self) -> str:
+        types = self.model_types.value_counts().to_dict()
+        return f"Testbed({self.name!r}: {len(self)} models x {len(self.settings)} settings, types={types})"
+
+    def check_setting(self, setting: str) -> str:
+        """Return ``setting`` if the testbed has it, else raise with the closest names."""
+        if setting not in self.accuracies.columns:
+            raise ConfigError(did_you_mean("setting", setting, self.settings, f"testbed {self.name!r}"))
+        return setting
+
+    def check_model(self, model: str) -> str:
+        """Return ``model`` if the testbed has it, else raise with the closest names."""
+        if model not in self.accuracies.index:
+            raise ConfigError(did_you_mean("model", model, self.models, f"testbed {self.name!r}"))
+        return model
+
+    def resolve(self, selectors: str | Iterable[str] | None) -> list[str]:
+        """Models matched by any of ``selectors`` (a union), in table order.
+
+        Each selector is ``"all"``, a model type (``STANDARD``), a tag, or a model name; the
+        prefixes ``type:``, ``tag:`` and ``model:`` force one reading. ``None`` means all.
+        """
+        if selectors is None:
+            return self.models
+        if isinstance(selectors, str):
+            selectors = [selectors]
+        types = set(self.model_types)
+        tags = self.tags
+        chosen = pd.Series(False, index=self.accuracies.index)
+        for sel in selectors:
+            kind, _, value = sel.partition(":") if ":" in sel else ("", "", sel)
+            if kind not in ("", "type", "tag", "model"):
+                kind, value = "", sel
+            if value == ALL and kind == "":
+                chosen[:] = True
+            elif kind == "type" or (kind == "" and value in types):
+                chosen |= self.model_types == value
+            elif kind == "tag" or (kind == "" and value in tags):
+                chosen |= self.metadata["tags"].map(lambda ts, v=value: v in ts)
+            elif kind == "model" or value in chosen.index:
+                chosen[self.check_model(value)] = True
+            else:
+                raise ConfigError(did_you_mean(
+                    "model type, tag or model", value, sorted(types) + sorted(tags) + self.models,
+                    f"testbed {self.name!r} has types {', '.join(sorted(types))}"))
+        return list(chosen.index[chosen])
+
+    def paired(self, x: str, y: str, models: Sequence[str] | None = None) -> tuple[pd.DataFrame, int]:
+        """Models evaluated on both ``x`` and ``y``.
+
+        Returns a DataFrame indexed by model with ``x_acc, y_acc, x_n, y_n, model_type`` and the
+        number of requested models skipped because a cell was empty.
+        """
+        self.check_setting(x)
+        self.check_setting(y)
+        idx = self.accuracies.index if models is None else pd.Index(models)
+        frame = pd.DataFrame({
+            "x_acc": self.accuracies.loc[idx, x], "y_acc": self.accuracies.loc[idx, y],
+            "x_n": self.sizes.loc[idx, x], "y_n": self.sizes.loc[idx, y],
+            "model_type": self.model_types.loc[idx],
+        })
+        keep = frame["x_acc"].notna() & frame["y_acc"].notna()
+        return frame[keep], int((~keep).sum())
+
+    # ------------------------------------------------------------------ transformations
+    def select(
+        self,
+        models: Iterable[str] | None = None,
+        settings: Iterable[str] | None = None,
+        *,
+        model_types: Iterable[str] | None = None,
+        tags: Iterable[str] | None = None,
+        name: str | None = None,
+    ) -> Testbed:
+        """A sub-testbed: the given models and settings, optionally only some types or tags."""
+        rows = self.models if models is None else [self.check_model(m) for m in models]
+        if model_types is not None:
+            wanted = set(model_types)
+            rows = [m for m in rows if self.model_types[m] in wanted]
+        if tags is not None:
+            wanted_tags = set(tags)
+            rows = [m for m in rows if wanted_tags & set(self.metadata.at[m, "tags"])]
+        cols = self.settings if settings is None else [self.check_setting(s) for s in settings]
+        return Testbed(self.accuracies.loc[rows, cols], self.sizes.loc[rows, cols],
+                       self.metadata.loc[rows], name=name or self.name, source=self.source)
+
+    def merge(self, other: Testbed, *, on_conflict: str = "error", name: str | None = None) -> Testbed:
+        """Union of two testbeds (models and settings).
+
+        A model in both keeps the union of its cells. Where both have a value for the same
+        cell and the values differ by more than 1e-6, ``on_conflict`` decides: ``"error"``
+        (default), ``"left"`` (keep ``self``) or ``"right"`` (keep ``other``).
+        """
+        if on_conflict not in ("error", "left", "right"):
+            raise ConfigError(f"on_conflict={on_conflict!r}; use 'error', 'left' or 'right'")
+        a, b = self.accuracies, other.accuracies
+        common_rows = a.index.intersection(b.index)
+        common_cols = a.columns.intersection(b.columns)
+        if on_conflict == "error" and len(common_rows) and len(common_cols):
+            da, db = a.loc[common_rows, common_cols], b.loc[common_rows, common_cols]
+            clash = (da - db).abs() > 1e-6
+            if clash.to_numpy().any():
+                model, setting = clash.stack()[lambda s: s].index[0]
+                raise DataError(
+                    f"model {model!r} has {da.at[model, setting]:g} on {setting!r} in {self.name!r} but "
+                    f"{db.at[model, setting]:g} in {other.name!r}; pass on_conflict='left' or 'right'")
+        first, second = (self, other) if on_conflict != "right" else (other, self)
+        acc = first.accuracies.combine_first(second.accuracies)
+        sizes = first.sizes.combine_first(second.sizes)
+        meta = pd.concat([first.metadata, second.metadata])
+        meta = meta[~meta.index.duplicated()]
+        order_rows = list(dict.fromkeys(self.models + other.models))
+        order_cols = list(dict.fromkeys(self.settings + other.settings))
+        return Testbed(acc.loc[order_rows, order_cols], sizes, meta,
+                       name=name or f"{self.name}+{other.name}", source=f"{self.source}+{other.source}")
+
+    def with_metadata(self, **columns: Mapping[str, object] | pd.Series) -> Testbed:
+        """A copy with metadata columns set or replaced (e.g. ``model_type={...}``)."""
+        meta = self.metadata.copy()
+        for col, values in columns.items():
+            series = values if isinstance(values, pd.Series) else pd.Series(dict(values))
+            unknown = set(series.index) - set(self.models)
+            if unknown:
+                self.check_model(sorted(unknown)[0])
+            meta.loc[series.index, col] = series if col != "tags" else pd.Series(
+                [_as_tags(t) for t in series], index=series.index, dtype=object)
+        return Testbed(self.accuracies, self.sizes, meta, name=self.name, source=self.source)
