@@ -1,0 +1,19 @@
+"""Pure numpy/scipy/pandas analysis over a :class:`~shiftbench.testbed.Testbed` (no torch).
+
+Scalings, trend fits with bootstrap bands, Clopper-Pearson intervals, effective and relative
+robustness, piecewise trends and correlations (Taori et al. 2020; Miller et al. 2021).
+"""
+from shiftbench.analysis.correlation import Correlation, robustness_correlation
+from shiftbench.analysis.intervals import accuracy_interval, clopper_pearson
+from shiftbench.analysis.robustness import effective_robustness, most_effectively_robust, relative_robustness
+from shiftbench.analysis.scaling import SCALES, inverse, transform
+from shiftbench.analysis.trend import (
+    Band, PiecewiseTrendFit, TrendFit, bootstrap_band, bootstrap_coefficients, fit_piecewise_trend, fit_trend)
+
+__all__ = [
+    "SCALES", "transform", "inverse", "clopper_pearson", "accuracy_interval",
+    "TrendFit", "PiecewiseTrendFit", "Band", "fit_trend", "fit_piecewise_trend",
+    "bootstrap_band", "bootstrap_coefficients",
+    "effective_robustness", "relative_robustness", "most_effectively_robust",
+    "Correlation", "robustness_correlation",
+]

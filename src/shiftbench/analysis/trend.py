@@ -1,0 +1,339 @@
+"""Linear trends between in-distribution and shifted accuracy, and their bootstrap bands.
+
+The published protocol (Taori et al. 2020, §3; Miller et al. 2021) fits, by least squares on
+the *standard* models only,
+
+    t(acc_y) = slope * t(acc_x) + intercept,      t = logit, probit or linear,
+
+and draws a bootstrap confidence band around it. For adversarially filtered test sets such as
+ImageNet-A, where the filtering model and everything below it scores ~0, a continuous
+piecewise-linear (hinge) trend around a pivot accuracy ``p`` fits better (Taori et al. 2020,
+Appendix):
+
+    t(acc_y) = b + a_below * min(t(acc_x) - t(p), 0) + a_above * max(t(acc_x) - t(p), 0).
+
+Both are ordinary least squares on a small basis; :func:`bootstrap_band` resamples models with
+replacement and refits all resamples at once (batched normal equations), so 100,000 resamples
+take about a second.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from numpy.typing import ArrayLike
+
+from shiftbench.analysis.scaling import check_scale, inverse, transform
+from shiftbench.errors import ConfigError, DataError
+from shiftbench.testbed import Testbed
+
+MIN_MODELS = 3
+DEFAULT_FIT_ON = ("STANDARD",)
+
+
+@dataclass(frozen=True)
+class TrendFit:
+    """A least-squares trend in ``scale`` coordinates: ``t(y) = slope * t(x) + intercept``.
+
+    ``slope_se`` and ``intercept_se`` are the usual OLS standard errors
+    (``s^2 (X'X)^{-1}``, ``s^2 = SSR / (n - 2)``); ``r2`` is the coefficient of determination in
+    the scaled coordinates. ``n_skipped`` counts models selected for the fit that lacked one of
+    the two accuracies. Call :meth:`predict` for the trend's accuracy (percent) at any ``x``.
+    """
+
+    slope: float
+    intercept: float
+    r2: float
+    n_models: int
+    scale: str
+    slope_se: float
+    intercept_se: float
+    residual_std: float
+    x: str | None = None
+    y: str | None = None
+    models: tuple[str, ...] = field(default=(), repr=False)
+    fit_on: tuple[str, ...] = ()
+    n_skipped: int = 0
+    x_range: tuple[float, float] = (np.nan, np.nan)
+    xs: np.ndarray = field(default_factory=lambda: np.empty(0), repr=False, compare=False)
+    ys: np.ndarray = field(default_factory=lambda: np.empty(0), repr=False, compare=False)
+
+    kind = "linear"
+
+    def basis(self, xs: np.ndarray) -> np.ndarray:
+        """Design matrix ``[1, t(x)]`` for scaled ``xs``."""
+        return np.stack([np.ones_like(xs), xs], axis=-1)
+
+    @property
+    def coef(self) -> np.ndarray:
+        return np.array([self.intercept, self.slope])
+
+    def predict_scaled(self, xs: ArrayLike) -> np.ndarray:
+        """Trend value in scaled coordinates at scaled ``xs``."""
+        return self.basis(np.asarray(xs, dtype=float)) @ self.coef
+
+    def predict(self, acc_x: ArrayLike, n: ArrayLike | None = None) -> np.ndarray:
+        """The trend's shifted accuracy (percent) at in-distribution accuracy ``acc_x`` (percent)."""
+        return inverse(self.predict_scaled(transform(acc_x, self.scale, n)), self.scale)
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready summary (the ``shiftbench fit --json`` object)."""
+        return {
+            "slope": float(self.slope), "intercept": float(self.intercept), "r2": float(self.r2),
+            "n_models": int(self.n_models), "scale": self.scale, "x": self.x, "y": self.y,
+            "slope_se": float(self.slope_se), "intercept_se": float(self.intercept_se),
+            "n_skipped": int(self.n_skipped), "fit_on": list(self.fit_on), "kind": self.kind,
+        }
+
+
+@dataclass(frozen=True)
+class PiecewiseTrendFit(TrendFit):
+    """A continuous hinge trend around ``pivot`` (percent): ``slope`` is the slope above the
+    pivot, ``slope_below`` below it, and ``intercept`` the scaled y-value at the pivot."""
+
+    pivot: float = np.nan
+    slope_below: float = np.nan
+    slope_below_se: float = np.nan
+
+    kind = "piecewise"
+
+    def basis(self, xs: np.ndarray) -> np.ndarray:
+        d = xs - float(transform(self.pivot, self.scale))
+        return np.stack([np.ones_like(xs), np.minimum(d, 0.0), np.maximum(d, 0.0)], axis=-1)
+
+    @property
+    def coef(self) -> np.ndarray:
+        return np.array([self.intercept, self.slope_below, self.slope])
+
+    def to_dict(self) -> dict[str, object]:
+        out = super().to_dict()
+        out.update(pivot=float(self.pivot), slope_below=float(self.slope_below),
+                   slope_below_se=float(self.slope_below_se))
+        return out
+
+
+@dataclass(frozen=True)
+class Band:
+    """A pointwise bootstrap confidence band of a trend, on a grid of x accuracies (percent)."""
+
+    grid: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+    confidence: float
+    n_resamples: int
+    scale: str
+
+    def at(self, acc_x: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+        """Band limits (percent) at ``acc_x``, interpolated in scaled coordinates."""
+        gx = transform(self.grid, self.scale)
+        xs = transform(acc_x, self.scale)
+        lo = np.interp(xs, gx, transform(self.lower, self.scale))
+        hi = np.interp(xs, gx, transform(self.upper, self.scale))
+        return inverse(lo, self.scale), inverse(hi, self.scale)
+
+
+# ---------------------------------------------------------------------------- data selection
+def _points(
+    x: str | ArrayLike, y: str | ArrayLike, scale: str, testbed: Testbed | None,
+    fit_on: str | Iterable[str] | None,
+) -> tuple[np.ndarray, np.ndarray, dict[str, object]]:
+    """Scaled (xs, ys) for the fit, and the provenance fields of the result."""
+    check_scale(scale)
+    if testbed is None:
+        if isinstance(x, str) or isinstance(y, str):
+            raise ConfigError(f"x={x!r}, y={y!r} are setting names: pass testbed=... as well")
+        ax = np.asarray(x, dtype=float).ravel()
+        ay = np.asarray(y, dtype=float).ravel()
+        if ax.shape != ay.shape:
+            raise DataError(f"x and y have different lengths ({ax.size} vs {ay.size})")
+        bad = ((ax < 0) | (ax > 100) | (ay < 0) | (ay > 100))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise DataError(f"accuracy at index {i} ({ax[i]:g}, {ay[i]:g}) is outside [0, 100]; give percentages")
+        keep = np.isfinite(ax) & np.isfinite(ay)
+        info = {"models": tuple(str(i) for i in np.flatnonzero(keep)), "n_skipped": int((~keep).sum()),
+                "fit_on": ()}
+        return transform(ax[keep], scale), transform(ay[keep], scale), info | {"xa": ax[keep]}
+    selectors = DEFAULT_FIT_ON if fit_on is None else ((fit_on,) if isinstance(fit_on, str) else tuple(fit_on))
+    models = testbed.resolve(selectors)
+    frame, skipped = testbed.paired(str(x), str(y), models)
+    info = {"models": tuple(frame.index), "n_skipped": skipped, "fit_on": selectors, "x": str(x), "y": str(y),
+            "xa": frame["x_acc"].to_numpy()}
+    return (transform(frame["x_acc"], scale, frame["x_n"]), transform(frame["y_acc"], scale, frame["y_n"]), info)
+
+
+def _require(n: int, needed: int, info: dict[str, object], testbed: Testbed | None, what: str) -> None:
+    if n >= needed:
+        return
+    where = f" in testbed {testbed.name!r}" if testbed is not None else ""
+    sel = ", ".join(info.get("fit_on", ())) or "the given points"
+    raise DataError(
+        f"{what} of {info.get('y', 'y')!r} on {info.get('x', 'x')!r} needs at least {needed} models with both "
+        f"accuracies{where}; {sel} gave {n} ({info['n_skipped']} skipped for empty cells); "
+        f"choose other models with fit_on / --fit-on")
+
+
+def _ols(design: np.ndarray, ys: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, float]:
+    """Coefficients, their standard errors, r^2 and residual std of an OLS fit."""
+    coef, *_ = np.linalg.lstsq(design, ys, rcond=None)
+    resid = ys - design @ coef
+    n, p = design.shape
+    ssr = float(resid @ resid)
+    sst = float(((ys - ys.mean()) ** 2).sum())
+    r2 = 1.0 - ssr / sst if sst > 0 else 1.0
+    dof = n - p
+    s2 = ssr / dof if dof > 0 else np.nan
+    with np.errstate(invalid="ignore"):
+        cov = s2 * np.linalg.pinv(design.T @ design)
+    return coef, np.sqrt(np.diag(cov)), r2, float(np.sqrt(s2))
+
+
+# ---------------------------------------------------------------------------- public fits
+def fit_trend(
+    x: str | ArrayLike,
+    y: str | ArrayLike,
+    scale: str = "logit",
+    *,
+    testbed: Testbed | None = None,
+    fit_on: str | Iterable[str] | None = DEFAULT_FIT_ON,
+) -> TrendFit:
+    """Least-squares trend ``t(acc_y) = slope * t(acc_x) + intercept`` (Taori et al. 2020, §3).
+
+    Parameters
+    ----------
+    x, y:
+        Setting names of ``testbed`` (in-distribution and shifted), or, without a testbed,
+        arrays of accuracies in percent (all finite pairs are fitted).
+    scale:
+        ``"logit"`` (default), ``"probit"`` or ``"linear"``; see :mod:`shiftbench.analysis.scaling`.
+    testbed:
+        The :class:`~shiftbench.testbed.Testbed` holding the accuracies.
+    fit_on:
+        Which models the line is fitted on: model types, tags or model names (a union; see
+        :meth:`Testbed.resolve`). Default: ``STANDARD`` models, the published protocol.
+        ``"all"`` fits on every model.
+
+    Examples
+    --------
+    >>> fit = fit_trend([60, 70, 80], [45, 56, 67], scale="linear")
+    >>> round(fit.slope, 3), round(fit.intercept, 3)
+    (1.1, -0.21)
+    """
+    xs, ys, info = _points(x, y, scale, testbed, fit_on)
+    _require(len(xs), MIN_MODELS, info, testbed, "a trend fit")
+    probe = TrendFit(0, 0, 0, 0, scale, 0, 0, 0)
+    design = probe.basis(xs)
+    if np.ptp(xs) == 0:
+        raise DataError(f"all {len(xs)} models have the same accuracy on {info.get('x', 'x')!r}; a trend needs spread")
+    coef, se, r2, s = _ols(design, ys)
+    xa = np.asarray(info["xa"])
+    return TrendFit(
+        slope=float(coef[1]), intercept=float(coef[0]), r2=r2, n_models=len(xs), scale=scale,
+        slope_se=float(se[1]), intercept_se=float(se[0]), residual_std=s,
+        x=info.get("x"), y=info.get("y"), models=info["models"], fit_on=tuple(info["fit_on"]),
+        n_skipped=int(info["n_skipped"]), x_range=(float(xa.min()), float(xa.max())), xs=xs, ys=ys)
+
+
+def fit_piecewise_trend(
+    x: str | ArrayLike,
+    y: str | ArrayLike,
+    pivot: float | str,
+    scale: str = "logit",
+    *,
+    testbed: Testbed | None = None,
+    fit_on: str | Iterable[str] | None = DEFAULT_FIT_ON,
+) -> PiecewiseTrendFit:
+    """Continuous piecewise-linear trend with a knot at ``pivot`` (see module docstring).
+
+    ``pivot`` is an in-distribution accuracy in percent, or the name of a testbed model whose
+    ``x`` accuracy is used - for ImageNet-A, the ResNet-50 it was filtered against
+    (``pivot="resnet50"``). At least two fitted models are needed on each side of the pivot.
+    """
+    xs, ys, info = _points(x, y, scale, testbed, fit_on)
+    if isinstance(pivot, str):
+        if testbed is None:
+            raise ConfigError(f"pivot={pivot!r} names a model: pass testbed=... as well")
+        value = testbed.accuracies.at[testbed.check_model(pivot), str(x)]
+        if not np.isfinite(value):
+            raise DataError(f"pivot model {pivot!r} has no accuracy on {x!r}; give the pivot in percent")
+        pivot = float(value)
+    pivot = float(pivot)
+    if not 0 < pivot < 100:
+        raise ConfigError(f"pivot={pivot:g} must be an accuracy in percent, strictly between 0 and 100")
+    p = float(transform(pivot, scale))
+    below, above = int((xs < p).sum()), int((xs >= p).sum())
+    _require(min(below, above), 2, info | {"fit_on": (f"models on each side of the {pivot:.2f}% pivot",)},
+             testbed, "a piecewise fit")
+    probe = PiecewiseTrendFit(0, 0, 0, 0, scale, 0, 0, 0, pivot=pivot)
+    coef, se, r2, s = _ols(probe.basis(xs), ys)
+    xa = np.asarray(info["xa"])
+    return PiecewiseTrendFit(
+        slope=float(coef[2]), intercept=float(coef[0]), r2=r2, n_models=len(xs), scale=scale,
+        slope_se=float(se[2]), intercept_se=float(se[0]), residual_std=s,
+        x=info.get("x"), y=info.get("y"), models=info["models"], fit_on=tuple(info["fit_on"]),
+        n_skipped=int(info["n_skipped"]), x_range=(float(xa.min()), float(xa.max())), xs=xs, ys=ys,
+        pivot=pivot, slope_below=float(coef[1]), slope_below_se=float(se[1]))
+
+
+def bootstrap_coefficients(fit: TrendFit, n_resamples: int = 1000, seed: int | None = 0,
+                           chunk: int = 20_000) -> np.ndarray:
+    """Coefficients of ``fit`` refitted on ``n_resamples`` bootstrap resamples of its models.
+
+    Each resample draws ``n`` models with replacement; all resamples are solved at once from
+    their weighted normal equations ``(Phi' W Phi) b = Phi' W y`` (``W`` = resample counts).
+    Degenerate resamples (a singular design, e.g. all draws of one model) are dropped.
+    Returns an array ``(n_kept, n_coef)`` ordered like :attr:`TrendFit.coef`.
+    """
+    if n_resamples < 1:
+        raise ConfigError(f"n_resamples={n_resamples} must be at least 1")
+    rng = np.random.default_rng(seed)
+    phi = fit.basis(fit.xs)
+    n, p = phi.shape
+    outer = phi[:, :, None] * phi[:, None, :]          # (n, p, p)
+    rhs = phi * fit.ys[:, None]                         # (n, p)
+    out = []
+    for start in range(0, n_resamples, chunk):
+        b = min(chunk, n_resamples - start)
+        idx = rng.integers(0, n, size=(b, n))
+        flat = (idx + n * np.arange(b)[:, None]).ravel()
+        counts = np.bincount(flat, minlength=b * n).reshape(b, n).astype(float)
+        gram = np.tensordot(counts, outer, axes=(1, 0))  # (b, p, p)
+        vec = counts @ rhs                                  # (b, p)
+        det = np.linalg.det(gram)
+        ok = np.abs(det) > 1e-9 * np.abs(gram).max(axis=(1, 2)) ** p
+        gram[~ok] = np.eye(p)
+        coef = np.linalg.solve(gram, vec[..., None])[..., 0]
+        out.append(coef[ok])
+    return np.concatenate(out)
+
+
+def bootstrap_band(
+    fit: TrendFit,
+    *,
+    grid: ArrayLike | None = None,
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    seed: int | None = 0,
+) -> Band:
+    """Pointwise percentile bootstrap band of ``fit`` (Efron & Tibshirani 1993, §13).
+
+    ``grid`` is a set of x accuracies in percent (default: 200 points spanning 0.1-99.9%).
+    The band at each grid point is the central ``confidence`` interval of the refitted trends'
+    predictions there. Vectorised and seeded: the same ``seed`` gives the same band.
+    """
+    if not 0 < confidence < 1:
+        raise ConfigError(f"confidence={confidence!r} must be in (0, 1)")
+    g = np.linspace(0.1, 99.9, 200) if grid is None else np.sort(np.asarray(grid, dtype=float))
+    coefs = bootstrap_coefficients(fit, n_resamples, seed)
+    preds = fit.basis(transform(g, fit.scale)) @ coefs.T       # (G, B)
+    alpha = 1.0 - confidence
+    lo, hi = np.quantile(preds, [alpha / 2, 1 - alpha / 2], axis=1)
+    return Band(grid=g, lower=inverse(lo, fit.scale), upper=inverse(hi, fit.scale),
+                confidence=confidence, n_resamples=int(coefs.shape[0]), scale=fit.scale)
+
+
+def as_frame(fit: TrendFit) -> pd.DataFrame:
+    """One-row DataFrame of :meth:`TrendFit.to_dict` (handy for tables of many shifts)."""
+    return pd.DataFrame([fit.to_dict()])
