@@ -54,6 +54,7 @@ META_PREFIX = "meta:"
 SIZE_SUFFIX = "_dataset_size"
 UNKNOWN_TYPE = "UNKNOWN"
 ALL = "all"
+_DEFAULT_NA = ("", "NA", "N/A", "NaN", "nan", "null", "NULL", "None", "-nan", "#N/A")
 
 
 def _as_tags(value: object) -> tuple[str, ...]:
@@ -153,6 +154,10 @@ class Testbed:
         if "model" not in frame.columns:
             raise DataError(f"{source}: no 'model' column; the first column must name each model")
         frame = frame.copy()
+        blank = frame["model"].isna() | (frame["model"].astype(str).str.strip() == "")
+        if blank.any():
+            row = int(np.flatnonzero(blank.to_numpy())[0])
+            raise DataError(f"{source}: row {row + 1} has no model name; name every model")
         frame["model"] = frame["model"].astype(str).str.strip()
         if {"setting", "accuracy"} <= set(frame.columns):
             return cls._from_long(frame, name=name, source=source)
@@ -193,7 +198,10 @@ class Testbed:
         suffix = path.suffix.lower()
         try:
             if suffix == ".csv":
-                frame = pd.read_csv(path, dtype={"model": str}, keep_default_na=True)
+                # model names such as "NA" or "None" stay names; only accuracy cells can be missing
+                header = pd.read_csv(path, nrows=0).columns
+                na = {c: ([] if c == "model" else list(_DEFAULT_NA)) for c in header}
+                frame = pd.read_csv(path, dtype={"model": str}, keep_default_na=False, na_values=na)
             elif suffix in (".parquet", ".pq"):
                 frame = pd.read_parquet(path)
             else:
@@ -215,7 +223,7 @@ class Testbed:
 
     def to_long(self) -> pd.DataFrame:
         """The long form: one row per evaluated (model, setting) with accuracy and size."""
-        acc = self.accuracies.stack().rename("accuracy")
+        acc = self.accuracies.stack().dropna().rename("accuracy")
         n = self.sizes.stack(future_stack=True).rename("n_examples")
         out = pd.concat([acc, n.reindex(acc.index)], axis=1).reset_index()
         out.columns = ["model", "setting", "accuracy", "n_examples"]
@@ -295,8 +303,12 @@ class Testbed:
             if value == ALL and kind == "":
                 chosen[:] = True
             elif kind == "type" or (kind == "" and value in types):
+                if value not in types:
+                    raise ConfigError(did_you_mean("model type", value, sorted(types), f"testbed {self.name!r}"))
                 chosen |= self.model_types == value
             elif kind == "tag" or (kind == "" and value in tags):
+                if value not in tags:
+                    raise ConfigError(did_you_mean("tag", value, sorted(tags), f"testbed {self.name!r}"))
                 chosen |= self.metadata["tags"].map(lambda ts, v=value: v in ts)
             elif kind == "model" or value in chosen.index:
                 chosen[self.check_model(value)] = True
@@ -314,7 +326,7 @@ class Testbed:
         """
         self.check_setting(x)
         self.check_setting(y)
-        idx = self.accuracies.index if models is None else pd.Index(models)
+        idx = self.accuracies.index if models is None else pd.Index([self.check_model(m) for m in models])
         frame = pd.DataFrame({
             "x_acc": self.accuracies.loc[idx, x], "y_acc": self.accuracies.loc[idx, y],
             "x_n": self.sizes.loc[idx, x], "y_n": self.sizes.loc[idx, y],
@@ -368,8 +380,11 @@ class Testbed:
         first, second = (self, other) if on_conflict != "right" else (other, self)
         acc = first.accuracies.combine_first(second.accuracies)
         sizes = first.sizes.combine_first(second.sizes)
-        meta = pd.concat([first.metadata, second.metadata])
-        meta = meta[~meta.index.duplicated()]
+        meta = first.metadata.copy()
+        meta["model_type"] = meta["model_type"].replace(UNKNOWN_TYPE, np.nan)
+        other_meta = second.metadata.copy()
+        other_meta["model_type"] = other_meta["model_type"].replace(UNKNOWN_TYPE, np.nan)
+        meta = meta.combine_first(other_meta)
         order_rows = list(dict.fromkeys(self.models + other.models))
         order_cols = list(dict.fromkeys(self.settings + other.settings))
         return Testbed(acc.loc[order_rows, order_cols], sizes, meta,

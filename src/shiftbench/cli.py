@@ -1,0 +1,241 @@
+"""The ``shiftbench`` command line: a thin layer over the public Python API.
+
+Every command is one call into :mod:`shiftbench` (``load_testbed``, ``fit_trend``,
+``effective_robustness``, ``plot_trend``, ``write_report``). Errors print as one line on stderr
+with a non-zero exit; ``--debug`` shows the traceback.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from shiftbench.errors import ShiftbenchError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Measure how image classifiers hold up under distribution shift.")
+list_app = typer.Typer(no_args_is_help=True, help="List testbeds, settings or models.")
+app.add_typer(list_app, name="list")
+
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
+_state = {"debug": False}
+
+TestbedOpt = Annotated[str, typer.Option("--testbed", "-t", help="Reference name (imagenet-reference, "
+                                         "timm-reference, a+b to merge) or a path to a CSV/Parquet table.")]
+XOpt = Annotated[str, typer.Option("--x", help="In-distribution setting (x axis), e.g. val.")]
+YOpt = Annotated[str, typer.Option("--y", help="Shifted setting (y axis), e.g. imagenetv2-matched-frequency-format-val.")]
+ScaleOpt = Annotated[str, typer.Option("--scale", help="Axis scaling: logit, probit or linear.")]
+FitOnOpt = Annotated[Optional[list[str]], typer.Option(
+    "--fit-on", help="Fit the trend on these model types, tags or model names (repeat or comma-separate; "
+    "default STANDARD; 'all' for every model).")]
+PivotOpt = Annotated[Optional[str], typer.Option(
+    "--pivot", help="Fit a piecewise trend around this model's x accuracy (or a percentage), e.g. resnet50 "
+    "for ImageNet-A.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON only.")]
+
+
+@app.callback()
+def _main(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False) -> None:
+    _state["debug"] = debug
+
+
+def _fit_on(values: list[str] | None) -> tuple[str, ...]:
+    if not values:
+        return ("STANDARD",)
+    return tuple(v.strip() for item in values for v in item.split(",") if v.strip())
+
+
+def _pivot(value: str | None) -> str | float | None:
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return value
+
+
+def _fit(testbed, x, y, scale, fit_on, pivot):
+    from shiftbench.analysis import fit_piecewise_trend, fit_trend
+
+    if pivot is not None:
+        return fit_piecewise_trend(x, y, pivot, scale, testbed=testbed, fit_on=fit_on)
+    return fit_trend(x, y, scale, testbed=testbed, fit_on=fit_on)
+
+
+def _clean(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if hasattr(value, "item"):
+        return _clean(value.item())
+    return value
+
+
+# ---------------------------------------------------------------------------- list
+@list_app.command("testbeds")
+def list_testbeds_cmd() -> None:
+    """The testbeds that ship with shiftbench."""
+    from shiftbench.reference import list_testbeds
+
+    for name, desc in list_testbeds().items():
+        out.print(f"{name}\t{desc}", markup=False, highlight=False)
+
+
+@list_app.command("settings")
+def list_settings(testbed: TestbedOpt = "imagenet-reference",
+                  long: Annotated[bool, typer.Option("--long", "-l", help="Show a table with counts.")] = False) -> None:
+    """Evaluation settings of a testbed, one per line."""
+    from shiftbench.reference import load_testbed
+
+    tb = load_testbed(testbed)
+    if not long:
+        for s in tb.settings:
+            out.print(s, markup=False, highlight=False)
+        return
+    table = Table("setting", "models evaluated", "examples", title=f"{tb.name}: {len(tb.settings)} settings")
+    for s in tb.settings:
+        n = tb.sizes[s].dropna()
+        table.add_row(s, str(int(tb.accuracies[s].notna().sum())), f"{int(n.median()):,}" if len(n) else "?")
+    out.print(table)
+
+
+@list_app.command("models")
+def list_models(testbed: TestbedOpt = "imagenet-reference",
+                model_type: Annotated[Optional[str], typer.Option("--type", help="Only this model type.")] = None,
+                long: Annotated[bool, typer.Option("--long", "-l", help="Show type and architecture.")] = False) -> None:
+    """Models of a testbed, one per line."""
+    from shiftbench.reference import load_testbed
+
+    tb = load_testbed(testbed)
+    models = tb.models if model_type is None else tb.resolve([f"type:{model_type}"])
+    if not long:
+        for m in models:
+            out.print(m, markup=False, highlight=False)
+        return
+    table = Table("model", "model_type", "arch", title=f"{tb.name}: {len(models)} models")
+    for m in models:
+        arch = tb.metadata.at[m, "arch"]
+        table.add_row(m, tb.model_types[m], "" if arch is None or arch != arch else str(arch))
+    out.print(table)
+
+
+# ---------------------------------------------------------------------------- analysis
+@app.command("fit")
+def fit_cmd(testbed: TestbedOpt, x: XOpt, y: YOpt, scale: ScaleOpt = "logit", fit_on: FitOnOpt = None,
+            pivot: PivotOpt = None, as_json: JsonOpt = False) -> None:
+    """Fit the trend of y on x over the chosen models (default: STANDARD)."""
+    from shiftbench.reference import load_testbed
+
+    tb = load_testbed(testbed)
+    fit = _fit(tb, x, y, scale, _fit_on(fit_on), _pivot(pivot))
+    d = fit.to_dict()
+    if as_json:
+        print(json.dumps({k: _clean(v) for k, v in d.items()}))
+        return
+    table = Table(title=f"{tb.name}: {y} vs {x} ({scale})", show_header=False)
+    for key in ("slope", "slope_se", "intercept", "intercept_se", "r2", "n_models", "n_skipped"):
+        v = d[key]
+        table.add_row(key, f"{v:.4f}" if isinstance(v, float) else str(v))
+    if fit.kind == "piecewise":
+        table.add_row("pivot", f"{d['pivot']:.2f}%")
+        table.add_row("slope_below", f"{d['slope_below']:.4f}")
+    table.add_row("fit_on", ", ".join(fit.fit_on))
+    out.print(table)
+
+
+@app.command("effective-robustness")
+def er_cmd(testbed: TestbedOpt, x: XOpt, y: YOpt, scale: ScaleOpt = "logit", fit_on: FitOnOpt = None,
+           pivot: PivotOpt = None,
+           top: Annotated[Optional[int], typer.Option("--top", help="Only the N most effectively robust models.")] = None,
+           as_json: JsonOpt = False) -> None:
+    """Effective robustness (percentage points) of every model: y minus the trend's prediction."""
+    from shiftbench.analysis import effective_robustness, most_effectively_robust
+    from shiftbench.reference import load_testbed
+
+    tb = load_testbed(testbed)
+    fit = _fit(tb, x, y, scale, _fit_on(fit_on), _pivot(pivot))
+    er = effective_robustness(x, y, testbed=tb, fit=fit)
+    er = most_effectively_robust(er, top) if top else er.sort_values("effective_robustness", ascending=False)
+    rows = er.reset_index()[["model", "model_type", "x_acc", "y_acc", "predicted_y_acc", "effective_robustness",
+                             "er_low", "er_high"]]
+    if as_json:
+        print(json.dumps([{k: _clean(v) for k, v in r.items()} for r in rows.to_dict("records")]))
+        return
+    table = Table("model", "type", f"{x} %", f"{y} %", "predicted %", "eff. robustness (pp)", "95% interval",
+                  title=f"{tb.name}: {y} vs {x} ({scale}; fit on {', '.join(fit.fit_on)}, {fit.n_models} models)")
+    for r in rows.itertuples(index=False):
+        table.add_row(r.model, r.model_type, f"{r.x_acc:.2f}", f"{r.y_acc:.2f}", f"{r.predicted_y_acc:.2f}",
+                      f"{r.effective_robustness:+.2f}", f"[{r.er_low:+.2f}, {r.er_high:+.2f}]")
+    out.print(table)
+    skipped = er.attrs.get("n_skipped", 0)
+    if skipped:
+        out.print(f"{skipped} models skipped: no accuracy on both settings.")
+
+
+@app.command("plot")
+def plot_cmd(testbed: TestbedOpt, x: XOpt, y: YOpt,
+             output: Annotated[Path, typer.Option("--output", "-o", help="Figure file: .png, .svg or .pdf.")],
+             scale: ScaleOpt = "logit", fit_on: FitOnOpt = None, pivot: PivotOpt = None,
+             ci: Annotated[float, typer.Option("--ci", help="Clopper-Pearson level of the error bars.")] = 0.995,
+             highlight: Annotated[Optional[list[str]], typer.Option("--highlight", help="Label these models.")] = None,
+             ) -> None:
+    """Scatter of y against x with the fitted trend, its bootstrap band and y = x."""
+    from shiftbench.reference import load_testbed
+    from shiftbench.report import plot_trend, save_figure
+    from shiftbench.report.figures import FORMATS
+
+    if output.suffix.lower() not in FORMATS:
+        raise typer.BadParameter(f"{output}: use a .png, .svg or .pdf file name", param_hint="-o")
+    tb = load_testbed(testbed)
+    fit = _fit(tb, x, y, scale, _fit_on(fit_on), _pivot(pivot))
+    path = save_figure(plot_trend(tb, x, y, fit=fit, ci=ci, highlight=highlight or ()), output)
+    out.print(f"wrote {path}", markup=False, highlight=False)
+
+
+# ---------------------------------------------------------------------------- demo
+@app.command("demo")
+def demo_cmd(output: Annotated[Path, typer.Option("--output", "-o", help="Report directory.")] = Path("shiftbench-report"),
+             n_resamples: Annotated[int, typer.Option("--resamples", help="Bootstrap resamples per band.")] = 1000) -> None:
+    """Analyse every natural shift of both reference testbeds and write a report."""
+    from shiftbench.report import NATURAL_SHIFTS, write_report
+    from shiftbench.reference import load_testbed
+
+    start = time.perf_counter()
+    names = ["imagenet-reference", "timm-reference"]
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), console=err, transient=False) as progress:
+        task = progress.add_task("loading reference testbeds", total=len(names) * len(NATURAL_SHIFTS))
+        testbeds = [load_testbed(n) for n in names]
+
+        def step(label: str) -> None:
+            progress.update(task, description=label)
+            progress.advance(task)
+
+        summary = write_report(testbeds, output, n_resamples=n_resamples, on_step=step)
+        progress.update(task, description="reference testbeds analysed")
+    out.print(f"reference analysis: {len(testbeds)} testbeds, {sum(len(t) for t in testbeds)} models, "
+              f"{time.perf_counter() - start:.1f} s", markup=False, highlight=False)
+    out.print(f"report: {summary.resolve()}", markup=False, highlight=False)
+
+
+def main() -> None:
+    """Console-script entry point: one-line errors, tracebacks only with --debug."""
+    try:
+        app()
+    except ShiftbenchError as exc:
+        if _state["debug"]:
+            raise
+        err.print(f"error: {exc}", markup=False, highlight=False)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

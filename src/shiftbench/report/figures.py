@@ -1,0 +1,155 @@
+"""The scatter the field reads: shifted vs in-distribution accuracy with the fitted trend.
+
+Both axes are drawn in the chosen scaling (logit by default) with ticks labelled in percent
+accuracy; every model is a point coloured by its type with Clopper-Pearson error bars
+(99.5% as in Taori et al. 2020, Figure 1), the trend fitted on the standard models is a line
+with its bootstrap band, and ``y = x`` is dashed for reference.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg", force=False)
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from shiftbench.analysis.intervals import accuracy_interval  # noqa: E402
+from shiftbench.analysis.scaling import transform  # noqa: E402
+from shiftbench.analysis.trend import DEFAULT_FIT_ON, Band, TrendFit, bootstrap_band, fit_trend  # noqa: E402
+from shiftbench.errors import ConfigError  # noqa: E402
+from shiftbench.testbed import Testbed  # noqa: E402
+
+#: Colours and legend labels per model type (others get the fallback colour, labelled by type).
+TYPE_STYLE: dict[str, tuple[str, str]] = {
+    "STANDARD": ("#1f77b4", "Standard training"),
+    "ROBUST_INTV": ("#2ca02c", "Robustness intervention"),
+    "LP_ADV": ("#ff7f0e", "Lp adversarially robust"),
+    "MORE_DATA": ("#d62728", "Trained with more data"),
+    "LOW_ACCURACY_CNN": ("#9467bd", "Low-accuracy CNN"),
+    "UNKNOWN": ("#7f7f7f", "Unknown type"),
+}
+FALLBACK_COLOUR = "#8c564b"
+TICKS = [0.1, 0.5, 1, 2, 5, 10, 20, 30, 40, 50, 60, 70, 80, 90, 95, 98, 99, 99.5, 99.9]
+FORMATS = (".png", ".svg", ".pdf")
+
+
+def _ticks(lo: float, hi: float, scale: str, max_ticks: int = 9) -> list[float]:
+    """Round percentages inside [lo, hi], thinned so neighbours are >= 1/max_ticks of the axis apart."""
+    if scale == "linear":
+        step = 5 if hi - lo < 40 else 10
+        return [float(t) for t in np.arange(np.ceil(lo / step) * step, hi + 1e-9, step)]
+    inside = [t for t in TICKS if lo <= t <= hi]
+    span = float(transform(hi, scale) - transform(lo, scale))
+    kept: list[float] = []
+    for t in inside:
+        if not kept or transform(t, scale) - transform(kept[-1], scale) >= span / max_ticks:
+            kept.append(t)
+    return kept
+
+
+def _fmt(t: float) -> str:
+    return f"{t:g}%"
+
+
+def plot_trend(
+    testbed: Testbed,
+    x: str,
+    y: str,
+    *,
+    scale: str = "logit",
+    fit: TrendFit | None = None,
+    fit_on: str | Iterable[str] | None = DEFAULT_FIT_ON,
+    band: Band | None = None,
+    n_resamples: int = 1000,
+    ci: float = 0.995,
+    seed: int | None = 0,
+    highlight: Iterable[str] = (),
+    title: str | None = None,
+    ax: Axes | None = None,
+) -> Figure:
+    """Draw ``y`` against ``x`` for every model of ``testbed`` with the fitted trend.
+
+    ``fit`` defaults to :func:`~shiftbench.analysis.fit_trend` on ``fit_on`` (STANDARD);
+    ``band`` to its bootstrap band with ``n_resamples`` (0 draws no band); ``ci`` is the
+    Clopper-Pearson level of the error bars; ``highlight`` names models to label.
+    """
+    if fit is None:
+        fit = fit_trend(x, y, scale, testbed=testbed, fit_on=fit_on)
+    scale = fit.scale
+    if band is None and n_resamples > 0:
+        band = bootstrap_band(fit, n_resamples=n_resamples, seed=seed)
+    frame, skipped = testbed.paired(x, y)
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(6.4, 5.6), dpi=120)
+    else:
+        fig = ax.figure
+
+    xs = transform(frame["x_acc"], scale)
+    ys = transform(frame["y_acc"], scale)
+    lo_pct = float(np.nanmin(np.r_[frame["x_acc"], frame["y_acc"]]))
+    hi_pct = float(np.nanmax(np.r_[frame["x_acc"], frame["y_acc"]]))
+    lo_pct, hi_pct = max(lo_pct * 0.8, 0.05), min(hi_pct + (100 - hi_pct) * 0.4, 99.95)
+    x_lo_pct = max(float(frame["x_acc"].min()) * 0.9, 0.05)
+    x_hi_pct = min(float(frame["x_acc"].max()) + (100 - float(frame["x_acc"].max())) * 0.3, 99.95)
+
+    # y = x and the trend with its band
+    grid = np.linspace(transform(x_lo_pct, scale), transform(x_hi_pct, scale), 200)
+    ax.plot(grid, grid, ls="--", color="0.45", lw=1, label="y = x", zorder=1)
+    label = f"{fit.kind.capitalize()} fit ({fit.n_models} models, slope {fit.slope:.2f}, $r^2$ {fit.r2:.2f})"
+    ax.plot(grid, fit.predict_scaled(grid), color="black", lw=1.6, label=label, zorder=3)
+    if band is not None:
+        gx = transform(band.grid, scale)
+        fx_lo, fx_hi = transform(fit.x_range[0], scale), transform(fit.x_range[1], scale)
+        keep = (gx >= max(grid[0], fx_lo)) & (gx <= min(grid[-1], fx_hi))
+        ax.fill_between(gx[keep], transform(band.lower, scale)[keep], transform(band.upper, scale)[keep],
+                        color="black", alpha=0.15, lw=0, label=f"{band.confidence:.0%} bootstrap band", zorder=2)
+
+    # points with Clopper-Pearson bars, one legend entry per type
+    xl, xh = accuracy_interval(frame["x_acc"], frame["x_n"], ci)
+    yl, yh = accuracy_interval(frame["y_acc"], frame["y_n"], ci)
+    types = list(dict.fromkeys(frame["model_type"]))
+    types.sort(key=lambda t: list(TYPE_STYLE).index(t) if t in TYPE_STYLE else len(TYPE_STYLE))
+    for mtype in types:
+        sel = (frame["model_type"] == mtype).to_numpy()
+        colour, name = TYPE_STYLE.get(mtype, (FALLBACK_COLOUR, mtype.replace("_", " ").capitalize()))
+        xerr = np.abs(np.vstack([xs[sel] - transform(xl[sel], scale), transform(xh[sel], scale) - xs[sel]]))
+        yerr = np.abs(np.vstack([ys[sel] - transform(yl[sel], scale), transform(yh[sel], scale) - ys[sel]]))
+        xerr = np.where(np.isfinite(xerr), xerr, 0.0)
+        yerr = np.where(np.isfinite(yerr), yerr, 0.0)
+        ax.errorbar(xs[sel], ys[sel], xerr=xerr, yerr=yerr, fmt="o", ms=4.2, color=colour, ecolor=colour,
+                    elinewidth=0.6, alpha=0.85, mec="white", mew=0.4, label=f"{name} ({sel.sum()})", zorder=4)
+    for model in highlight:
+        if model in frame.index:
+            ax.annotate(model, (transform(frame.at[model, "x_acc"], scale), transform(frame.at[model, "y_acc"], scale)),
+                        xytext=(4, 4), textcoords="offset points", fontsize=7)
+
+    xticks = _ticks(x_lo_pct, x_hi_pct, scale)
+    yticks = _ticks(lo_pct, hi_pct, scale)
+    ax.set_xticks(transform(xticks, scale), [_fmt(t) for t in xticks])
+    ax.set_yticks(transform(yticks, scale), [_fmt(t) for t in yticks])
+    ax.set_xlim(grid[0], grid[-1])
+    ax.set_ylim(transform(lo_pct, scale), transform(hi_pct, scale))
+    ax.set_xlabel(f"{x} accuracy ({scale} scale)")
+    ax.set_ylabel(f"{y} accuracy ({scale} scale)")
+    ax.grid(True, color="0.9", lw=0.6)
+    subtitle = f"{len(frame)} models" + (f", {skipped} without both accuracies" if skipped else "")
+    ax.set_title((title or f"{y} vs {x}") + f"\n{testbed.name}: {subtitle}", fontsize=10)
+    ax.legend(loc="upper left", fontsize=7, framealpha=0.9)
+    fig.tight_layout()
+    return fig
+
+
+def save_figure(fig: Figure, path: str | Path) -> Path:
+    """Save ``fig`` as PNG, SVG or PDF (by extension) and close it."""
+    path = Path(path)
+    if path.suffix.lower() not in FORMATS:
+        raise ConfigError(f"{path}: unknown figure format {path.suffix!r}; use .png, .svg or .pdf")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, bbox_inches="tight")
+    plt.close(fig)
+    return path

@@ -1,0 +1,207 @@
+"""Analyse a list of (in-distribution, shifted) setting pairs and write a Markdown report.
+
+:data:`NATURAL_SHIFTS` are the natural distribution shifts of Taori et al. (2020), each with the
+in-distribution setting it is compared against: the ImageNet validation set for ImageNetV2 and
+ImageNet-Sketch, the validation set restricted to the shift's classes for ObjectNet,
+ImageNet-R, ImageNet-A and the video anchors, and pm-0 (anchor frames) for pm-10. ImageNet-A
+is fitted piecewise around the ResNet-50 it was filtered against.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from shiftbench.analysis import (
+    Band, TrendFit, bootstrap_band, effective_robustness, fit_piecewise_trend, fit_trend,
+    most_effectively_robust, robustness_correlation)
+from shiftbench.analysis.trend import DEFAULT_FIT_ON
+from shiftbench.errors import ShiftbenchError
+from shiftbench.report.figures import plot_trend, save_figure
+from shiftbench.testbed import Testbed
+
+
+@dataclass(frozen=True)
+class ShiftPair:
+    """A shift to analyse: ``y`` against ``x``; piecewise around the first ``pivot`` model found."""
+
+    label: str
+    x: str
+    y: str
+    pivot: tuple[str, ...] = ()
+
+    @property
+    def slug(self) -> str:
+        return re.sub(r"[^a-z0-9]+", "-", self.label.lower()).strip("-")
+
+
+NATURAL_SHIFTS: tuple[ShiftPair, ...] = (
+    ShiftPair("ImageNetV2", "val", "imagenetv2-matched-frequency-format-val"),
+    ShiftPair("ObjectNet", "val-on-objectnet-classes", "objectnet-1.0-beta"),
+    ShiftPair("ImageNet-R", "val-on-imagenet-r-classes", "imagenet-r"),
+    ShiftPair("ImageNet-Sketch", "val", "imagenet-sketch"),
+    ShiftPair("ImageNet-A", "val-on-imagenet-a-classes", "imagenet-a", pivot=("resnet50", "resnet50.tv_in1k")),
+    ShiftPair("ImageNet-Vid-Robust anchors", "val-on-vid-robust-classes", "imagenet-vid-robust_pm0"),
+    ShiftPair("ImageNet-Vid-Robust pm-10", "imagenet-vid-robust_pm0", "imagenet-vid-robust_pm10"),
+    ShiftPair("YTBB-Robust anchors", "val-on-ytbb-robust-classes", "ytbb-robust_pm0"),
+    ShiftPair("YTBB-Robust pm-10", "ytbb-robust_pm0", "ytbb-robust_pm10"),
+)
+
+
+@dataclass
+class ShiftAnalysis:
+    """Fit, band and effective robustness of one shift, or why it could not be analysed."""
+
+    shift: ShiftPair
+    fit: TrendFit | None = None
+    band: Band | None = None
+    er: pd.DataFrame | None = None
+    error: str | None = None
+    figures: list[Path] = field(default_factory=list)
+
+
+def analyse_shift(
+    testbed: Testbed, shift: ShiftPair, *, scale: str = "logit",
+    fit_on: str | Iterable[str] | None = DEFAULT_FIT_ON, n_resamples: int = 1000, seed: int = 0,
+) -> ShiftAnalysis:
+    """Fit the trend (piecewise when the shift has a pivot model in the testbed), its bootstrap
+    band and every model's effective robustness; a failure is recorded, not raised."""
+    missing = [s for s in (shift.x, shift.y) if s not in testbed.settings]
+    if missing:
+        return ShiftAnalysis(shift, error=f"testbed {testbed.name!r} has no setting {missing[0]!r}")
+    try:
+        pivot = next((m for m in shift.pivot if m in testbed.models), None)
+        if pivot is not None:
+            fit = fit_piecewise_trend(shift.x, shift.y, pivot, scale, testbed=testbed, fit_on=fit_on)
+        else:
+            fit = fit_trend(shift.x, shift.y, scale, testbed=testbed, fit_on=fit_on)
+        band = bootstrap_band(fit, n_resamples=n_resamples, seed=seed)
+        er = effective_robustness(shift.x, shift.y, testbed=testbed, fit=fit, band=band)
+    except ShiftbenchError as exc:
+        return ShiftAnalysis(shift, error=str(exc))
+    return ShiftAnalysis(shift, fit=fit, band=band, er=er)
+
+
+def _fmt_table(frame: pd.DataFrame) -> str:
+    """A DataFrame as a GitHub Markdown table (numbers to 2 decimals)."""
+    cols = list(frame.columns)
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    for _, row in frame.iterrows():
+        cells = [f"{v:.2f}" if isinstance(v, float) else str(v).replace("|", "\\|") for v in row]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def fits_table(results: Sequence[ShiftAnalysis]) -> pd.DataFrame:
+    """One row per analysed shift: the fit's parameters and how many models it used."""
+    rows = []
+    for r in results:
+        if r.fit is None:
+            continue
+        d = r.fit.to_dict()
+        rows.append({"shift": r.shift.label, "x": r.shift.x, "y": r.shift.y, "kind": d["kind"],
+                     "slope": d["slope"], "intercept": d["intercept"], "r2": d["r2"],
+                     "n_models": d["n_models"], "n_skipped": d["n_skipped"]})
+    return pd.DataFrame(rows)
+
+
+def write_testbed_report(
+    testbed: Testbed, out_dir: str | Path, *, shifts: Sequence[ShiftPair] = NATURAL_SHIFTS, top: int = 5,
+    scale: str = "logit", n_resamples: int = 1000, seed: int = 0,
+    on_step: Callable[[str], None] | None = None,
+) -> tuple[str, list[ShiftAnalysis]]:
+    """Analyse ``shifts`` on ``testbed``, write its figures and CSVs under ``out_dir/<testbed>/``
+    and return the Markdown section for it together with the analyses."""
+    out = Path(out_dir) / testbed.name
+    out.mkdir(parents=True, exist_ok=True)
+    results: list[ShiftAnalysis] = []
+    for shift in shifts:
+        if on_step:
+            on_step(f"{testbed.name}: {shift.label}")
+        res = analyse_shift(testbed, shift, scale=scale, n_resamples=n_resamples, seed=seed)
+        if res.fit is not None:
+            fig = plot_trend(testbed, shift.x, shift.y, fit=res.fit, band=res.band, title=shift.label)
+            res.figures.append(save_figure(fig, out / f"{shift.slug}.png"))
+        results.append(res)
+
+    fits = fits_table(results)
+    fits.to_csv(out / "fits.csv", index=False)
+    long = [r.er.assign(shift=r.shift.label).reset_index() for r in results if r.er is not None]
+    if long:
+        pd.concat(long).to_csv(out / "effective_robustness.csv", index=False)
+
+    lines = [f"## {testbed.name}", "", f"{len(testbed)} models, {len(testbed.settings)} settings; "
+             f"types: " + ", ".join(f"{k} {v}" for k, v in testbed.model_types.value_counts().items()) + ".", "",
+             f"Trends fitted in {scale} space on the STANDARD models; 95% bootstrap bands from {n_resamples} "
+             f"resamples; effective robustness in percentage points with its interval.", ""]
+    if len(fits):
+        lines += [_fmt_table(fits), ""]
+    for res in results:
+        lines += [f"### {res.shift.label}: `{res.shift.y}` vs `{res.shift.x}`", ""]
+        if res.error:
+            lines += [f"Not analysed: {res.error}.", ""]
+            continue
+        assert res.fit is not None and res.er is not None
+        f = res.fit
+        desc = (f"logit(y) = {f.slope:.3f} logit(x) {f.intercept:+.3f}" if f.kind == "linear" else
+                f"piecewise around {getattr(f, 'pivot'):.2f}%: slope {getattr(f, 'slope_below'):.3f} below, "
+                f"{f.slope:.3f} above")
+        lines += [f"Fit: {desc} (r² {f.r2:.3f}, {f.n_models} models, {f.n_skipped} skipped for empty cells).", "",
+                  f"![{res.shift.label}]({testbed.name}/{res.figures[0].name})", "",
+                  f"Most effectively robust models (top {top}):", ""]
+        best = most_effectively_robust(res.er, top).reset_index()
+        best = best[["model", "model_type", "x_acc", "y_acc", "predicted_y_acc", "effective_robustness",
+                     "er_low", "er_high"]]
+        lines += [_fmt_table(best), ""]
+    lines += correlation_section(results)
+    return "\n".join(lines), results
+
+
+def correlation_section(results: Sequence[ShiftAnalysis], reference: str = "ImageNetV2") -> list[str]:
+    """Markdown lines: correlation of effective robustness on ``reference`` with each other shift
+    over the non-standard models (Pearson and Spearman with p-values)."""
+    ref = next((r for r in results if r.shift.label == reference and r.er is not None), None)
+    if ref is None:
+        return []
+    rows = []
+    for r in results:
+        if r is ref or r.er is None:
+            continue
+        try:
+            c = robustness_correlation(ref.er, r.er, exclude_types=["STANDARD"])
+        except ShiftbenchError as exc:
+            rows.append({"shift": r.shift.label, "n_models": 0, "pearson_r": float("nan"),
+                         "pearson_p": float("nan"), "spearman_rho": float("nan"), "spearman_p": str(exc)})
+            continue
+        rows.append({"shift": r.shift.label, "n_models": c.n_models, "pearson_r": c.pearson_r,
+                     "pearson_p": f"{c.pearson_p:.1e}", "spearman_rho": c.spearman_rho,
+                     "spearman_p": f"{c.spearman_p:.1e}"})
+    if not rows:
+        return []
+    return [f"### Does effective robustness on {reference} carry over?", "",
+            "Correlation of effective robustness over the non-standard models:", "",
+            _fmt_table(pd.DataFrame(rows)), ""]
+
+
+def write_report(
+    testbeds: Sequence[Testbed], out_dir: str | Path, *, shifts: Sequence[ShiftPair] = NATURAL_SHIFTS,
+    top: int = 5, scale: str = "logit", n_resamples: int = 1000, seed: int = 0,
+    on_step: Callable[[str], None] | None = None,
+) -> Path:
+    """Write ``out_dir/summary.md`` (plus figures and CSVs) for each testbed; returns its path."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    sections = ["# shiftbench report: effective robustness under natural distribution shift", "",
+                "Each figure plots shifted against in-distribution accuracy in logit space; the line is "
+                "fitted on the standard models (Taori et al. 2020), error bars are 99.5% Clopper-Pearson "
+                "intervals. Effective robustness = a model's shifted accuracy minus the line's prediction.", ""]
+    for tb in testbeds:
+        text, _ = write_testbed_report(tb, out, shifts=shifts, top=top, scale=scale,
+                                       n_resamples=n_resamples, seed=seed, on_step=on_step)
+        sections.append(text)
+    path = out / "summary.md"
+    path.write_text("\n".join(sections) + "\n")
+    return path
