@@ -18,7 +18,7 @@ take about a second.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -277,6 +277,36 @@ def fit_piecewise_trend(
         pivot=pivot, slope_below=float(coef[1]), slope_below_se=float(se[1]))
 
 
+def _det(m: np.ndarray) -> np.ndarray:
+    """Determinants of a stack of 1x1, 2x2 or 3x3 matrices by their explicit formulas
+    (a batched LAPACK call per matrix costs more than the arithmetic at this size)."""
+    p = m.shape[-1]
+    if p == 1:
+        return m[..., 0, 0]
+    if p == 2:
+        return m[..., 0, 0] * m[..., 1, 1] - m[..., 0, 1] * m[..., 1, 0]
+    if p == 3:
+        return (m[..., 0, 0] * (m[..., 1, 1] * m[..., 2, 2] - m[..., 1, 2] * m[..., 2, 1])
+                - m[..., 0, 1] * (m[..., 1, 0] * m[..., 2, 2] - m[..., 1, 2] * m[..., 2, 0])
+                + m[..., 0, 2] * (m[..., 1, 0] * m[..., 2, 1] - m[..., 1, 1] * m[..., 2, 0]))
+    return np.linalg.det(m)
+
+
+def _solve_small(gram: np.ndarray, vec: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Solve a stack of small symmetric systems by Cramer's rule; returns (solutions, ok)."""
+    p = gram.shape[-1]
+    det = _det(gram)
+    scale = np.abs(gram).max(axis=(1, 2)) ** p
+    ok = np.abs(det) > 1e-10 * scale
+    safe = np.where(ok, det, 1.0)
+    coef = np.empty(vec.shape)
+    for j in range(p):
+        m = gram.copy()
+        m[..., :, j] = vec
+        coef[:, j] = _det(m) / safe
+    return coef, ok
+
+
 def bootstrap_coefficients(fit: TrendFit, n_resamples: int = 1000, seed: int | None = 0,
                            chunk: int = 20_000) -> np.ndarray:
     """Coefficients of ``fit`` refitted on ``n_resamples`` bootstrap resamples of its models.
@@ -291,22 +321,60 @@ def bootstrap_coefficients(fit: TrendFit, n_resamples: int = 1000, seed: int | N
     rng = np.random.default_rng(seed)
     phi = fit.basis(fit.xs)
     n, p = phi.shape
-    outer = phi[:, :, None] * phi[:, None, :]          # (n, p, p)
-    rhs = phi * fit.ys[:, None]                         # (n, p)
+    iu = np.triu_indices(p)
+    # per model: the upper triangle of phi phi' and phi * y; a resample's sums are counts @ this
+    per_model = np.concatenate([phi[:, iu[0]] * phi[:, iu[1]], phi * fit.ys[:, None]], axis=1)
     out = []
     for start in range(0, n_resamples, chunk):
         b = min(chunk, n_resamples - start)
-        idx = rng.integers(0, n, size=(b, n))
+        idx = rng.integers(0, n, size=(b, n), dtype=np.int16 if n < 2**15 else np.int64)
         flat = (idx + n * np.arange(b)[:, None]).ravel()
         counts = np.bincount(flat, minlength=b * n).reshape(b, n).astype(float)
-        gram = np.tensordot(counts, outer, axes=(1, 0))  # (b, p, p)
-        vec = counts @ rhs                                  # (b, p)
-        det = np.linalg.det(gram)
-        ok = np.abs(det) > 1e-9 * np.abs(gram).max(axis=(1, 2)) ** p
-        gram[~ok] = np.eye(p)
-        coef = np.linalg.solve(gram, vec[..., None])[..., 0]
+        sums = counts @ per_model
+        gram = np.empty((b, p, p))
+        gram[:, iu[0], iu[1]] = sums[:, : len(iu[0])]
+        gram[:, iu[1], iu[0]] = sums[:, : len(iu[0])]
+        coef, ok = _solve_small(gram, sums[:, len(iu[0]):])
         out.append(coef[ok])
     return np.concatenate(out)
+
+
+def _lerp(a: np.ndarray, b: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """numpy's own interpolation for quantiles (so results equal ``np.quantile`` bit for bit)."""
+    d = b - a
+    return np.where(t >= 0.5, b - d * (1 - t), a + d * t)
+
+
+def _row_quantiles(values: np.ndarray, qs: Sequence[float], sample_size: int = 4096) -> np.ndarray:
+    """``np.quantile(values, qs, axis=1)`` (linear interpolation), exactly, by sample-bracketed
+    selection (Floyd & Rivest 1975): a sorted subsample of each row gives a narrow value bracket
+    that holds the wanted ranks; only the few values inside it are partially sorted. A row whose
+    bracket misses (vanishingly rare) falls back to a full partition, so the result is exact."""
+    rows, m = values.shape
+    pos = np.asarray(qs, dtype=float) * (m - 1)
+    lo = np.floor(pos).astype(int)
+    hi = np.minimum(lo + 1, m - 1)
+    frac = pos - lo
+    if m <= 8 * sample_size:
+        part = np.partition(values, np.unique(np.concatenate([lo, hi])), axis=1)
+        return _lerp(part[:, lo], part[:, hi], frac)
+    sample = np.sort(values[:, :: m // sample_size], axis=1)
+    s = sample.shape[1]
+    out = np.empty((rows, len(pos)))
+    for j, q in enumerate(np.asarray(qs, dtype=float)):
+        margin = 6.0 * np.sqrt(q * (1 - q) * s) + 2
+        a = sample[:, max(int(q * (s - 1) - margin), 0)][:, None]
+        b = sample[:, min(int(np.ceil(q * (s - 1) + margin)), s - 1)][:, None]
+        below = (values < a).sum(axis=1)
+        inside = (values >= a) & (values <= b)
+        for r in range(rows):
+            k_lo, k_hi = lo[j] - below[r], hi[j] - below[r]
+            cand = values[r, inside[r]]
+            if k_lo < 0 or k_hi >= len(cand):
+                cand, k_lo, k_hi = values[r], lo[j], hi[j]
+            part = np.partition(cand, [k_lo, k_hi])
+            out[r, j] = _lerp(part[k_lo], part[k_hi], frac[j])
+    return out
 
 
 def bootstrap_band(
@@ -319,18 +387,23 @@ def bootstrap_band(
 ) -> Band:
     """Pointwise percentile bootstrap band of ``fit`` (Efron & Tibshirani 1993, §13).
 
-    ``grid`` is a set of x accuracies in percent (default: 200 points spanning 0.1-99.9%).
+    ``grid`` is a set of x accuracies in percent (default: 100 points spanning 0.1-99.9%).
     The band at each grid point is the central ``confidence`` interval of the refitted trends'
     predictions there. Vectorised and seeded: the same ``seed`` gives the same band.
     """
     if not 0 < confidence < 1:
         raise ConfigError(f"confidence={confidence!r} must be in (0, 1)")
-    g = np.linspace(0.1, 99.9, 200) if grid is None else np.sort(np.asarray(grid, dtype=float))
+    g = np.linspace(0.1, 99.9, 100) if grid is None else np.sort(np.asarray(grid, dtype=float))
     coefs = bootstrap_coefficients(fit, n_resamples, seed)
-    preds = fit.basis(transform(g, fit.scale)) @ coefs.T       # (G, B)
+    basis = fit.basis(transform(g, fit.scale))
     alpha = 1.0 - confidence
-    lo, hi = np.quantile(preds, [alpha / 2, 1 - alpha / 2], axis=1)
-    return Band(grid=g, lower=inverse(lo, fit.scale), upper=inverse(hi, fit.scale),
+    bounds = np.empty((len(g), 2))
+    coefs_t = np.ascontiguousarray(coefs.T)
+    step = 16                                   # grid rows per block: predictions stay in cache
+    for start in range(0, len(g), step):
+        preds = basis[start:start + step] @ coefs_t
+        bounds[start:start + step] = _row_quantiles(preds, [alpha / 2, 1 - alpha / 2])
+    return Band(grid=g, lower=inverse(bounds[:, 0], fit.scale), upper=inverse(bounds[:, 1], fit.scale),
                 confidence=confidence, n_resamples=int(coefs.shape[0]), scale=fit.scale)
 
 

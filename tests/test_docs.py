@@ -1,0 +1,41 @@
+"""The README's Python example and the docstring examples run and stay true."""
+from __future__ import annotations
+
+import doctest
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("module", ["shiftbench", "shiftbench.testbed", "shiftbench.analysis.trend"])
+def test_docstring_examples_run(module):
+    result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0
+    assert result.failed == 0
+
+
+def test_readme_python_example_runs_and_its_numbers_hold(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)[0]
+    ns: dict = {}
+    exec(compile(code, "README.md", "exec"), ns)
+    fit = ns["fit"]
+    # the numbers the README quotes in its comments
+    assert (round(fit.slope, 3), round(fit.intercept, 3), round(fit.r2, 3), fit.n_models) == (0.923, -0.498, 0.996, 87)
+    assert (tmp_path / "sketch.png").stat().st_size > 10_000
+
+
+def test_readme_cli_json_example_matches_the_api():
+    import shiftbench as sb
+
+    tb = sb.load_testbed("imagenet-reference")
+    er = sb.effective_robustness("val", "objectnet-1.0-beta", testbed=tb)
+    best = sb.most_effectively_robust(er, 1)
+    text = (ROOT / "README.md").read_text()
+    row = best.iloc[0]
+    assert f'"model": "{best.index[0]}"' in text
+    assert f'"effective_robustness": {row.effective_robustness:.2f}' in text
