@@ -347,8 +347,9 @@ def test_piecewise_pivot_errors(tb: tbmod.Testbed) -> None:
         fit_piecewise_trend([50, 60, 70, 80], [40, 50, 60, 70], pivot=-5.0)
     with pytest.raises(ConfigError, match="strictly between 0 and 100"):
         fit_piecewise_trend([50, 60, 70, 80], [40, 50, 60, 70], pivot=100.0)
-    tb2 = tb.with_metadata(model_type={"std-a": "STANDARD"})
-    tb2.accuracies.loc["adv-1", "val"] = np.nan
+    acc = tb.accuracies.copy()
+    acc.loc["adv-1", "val"] = np.nan
+    tb2 = tbmod.Testbed(acc, tb.sizes, tb.metadata, name="tiny")
     with pytest.raises(DataError, match="no accuracy"):
         fit_piecewise_trend("val", "v2", pivot="adv-1", testbed=tb2)
 
@@ -386,8 +387,10 @@ def test_bootstrap_is_independent_of_chunking(noisy_fit: TrendFit) -> None:
 
 def test_bootstrap_band_contains_the_fitted_line(noisy_fit: TrendFit) -> None:
     band = bootstrap_band(noisy_fit, n_resamples=2000, seed=0)
-    assert isinstance(band, Band) and band.grid.shape == (200,)
+    # default grid: sorted accuracies spanning 0.1-99.9%
+    assert isinstance(band, Band) and band.grid.size >= 50 and np.all(np.diff(band.grid) > 0)
     assert band.grid[0] == pytest.approx(0.1) and band.grid[-1] == pytest.approx(99.9)
+    assert band.lower.shape == band.upper.shape == band.grid.shape
     line = noisy_fit.predict(band.grid)
     assert np.all(band.lower <= line) and np.all(line <= band.upper)
     assert np.all(band.lower < band.upper)
@@ -403,6 +406,17 @@ def test_band_at_interpolates_on_the_grid(noisy_fit: TrendFit) -> None:
     lo65, hi65 = band.at(65.0)
     assert band.lower[1] <= lo65 <= band.lower[2] or band.lower[2] <= lo65 <= band.lower[1]
     assert lo65 < noisy_fit.predict(65.0) < hi65
+
+
+def test_band_at_returns_the_band_on_its_grid_points() -> None:
+    x = np.array([20.0, 30, 40, 50, 60, 70])
+    noise = np.random.default_rng(0).normal(0, 0.3, size=x.size)
+    fit = fit_trend(x, inverse(2.0 * transform(x, "logit") - 8.0 + noise, "logit"))
+    band = bootstrap_band(fit, grid=[5.0, 20.0, 50.0, 80.0], n_resamples=500)
+    assert band.lower[0] < 0.01
+    lo, hi = band.at(band.grid)
+    np.testing.assert_allclose(lo, band.lower, rtol=1e-9)
+    np.testing.assert_allclose(hi, band.upper, rtol=1e-9)
 
 
 def test_bootstrap_band_widens_with_confidence(noisy_fit: TrendFit) -> None:
@@ -471,6 +485,46 @@ def test_bootstrap_piecewise_fit_agrees_with_a_plain_loop() -> None:
         for q in (0.1, 0.5, 0.9):
             assert np.quantile(fast[:, j], q) == pytest.approx(np.quantile(slow[:, j], q),
                                                                abs=0.25 * slow[:, j].std())
+
+
+def enumerate_resamples(design: np.ndarray, ys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """OLS coefficients of every non-degenerate bootstrap multiset of the rows, with its probability."""
+    from itertools import combinations_with_replacement
+    from math import factorial
+    n, p = design.shape
+    coefs, probs = [], []
+    for multiset in combinations_with_replacement(range(n), n):
+        idx = np.array(multiset)
+        if np.linalg.matrix_rank(design[idx]) < p:
+            continue
+        counts = np.bincount(idx, minlength=n)
+        prob = factorial(n) / np.prod([factorial(c) for c in counts]) / n ** n
+        coefs.append(np.linalg.lstsq(design[idx], ys[idx], rcond=None)[0])
+        probs.append(prob)
+    return np.array(coefs), np.array(probs)
+
+
+@pytest.mark.parametrize("kind", ["linear", "piecewise"])
+def test_every_bootstrap_refit_is_an_exact_ols_fit_of_a_resample(kind: str) -> None:
+    x = np.array([52.0, 61.0, 70.5, 78.0, 85.0])
+    y = np.array([40.0, 47.5, 59.0, 68.0, 77.0])
+    fit = fit_trend(x, y) if kind == "linear" else fit_piecewise_trend(x, y, pivot=66.0)
+    exact, probs = enumerate_resamples(fit.basis(fit.xs), fit.ys)
+    coefs = bootstrap_coefficients(fit, 20_000, seed=0)
+    # each refit is the OLS of one of the possible resamples
+    dist = np.abs(coefs[:, None, :] - exact[None, :, :]).max(axis=2)
+    which = dist.argmin(axis=1)
+    assert dist.min(axis=1).max() < 1e-8
+    # the kept share and the frequency of each distinct refit follow the multinomial law
+    # (multisets with the same OLS fit, e.g. any two distinct points, are pooled)
+    assert len(coefs) / 20_000 == pytest.approx(probs.sum(), abs=0.01)
+    group = np.array([np.flatnonzero(np.abs(exact - e).max(axis=1) < 1e-8)[0] for e in exact])
+    observed = np.bincount(group[which], minlength=len(exact))
+    expected = np.bincount(group, weights=probs, minlength=len(exact)) / probs.sum() * len(coefs)
+    big = expected > 20
+    assert big.sum() > 10
+    rescaled = expected[big] * observed[big].sum() / expected[big].sum()
+    assert stats.chisquare(observed[big], rescaled).pvalue > 1e-4
 
 
 def test_degenerate_resamples_are_dropped() -> None:

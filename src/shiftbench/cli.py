@@ -25,8 +25,9 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 list_app = typer.Typer(no_args_is_help=True, help="List testbeds, settings or models.")
 app.add_typer(list_app, name="list")
 
-out = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
+# rich only for tables and progress; names and paths go through typer.echo verbatim
+out = Console(soft_wrap=True, emoji=False, highlight=False, markup=False)
+err = Console(stderr=True, soft_wrap=True, emoji=False, highlight=False, markup=False)
 _state = {"debug": False}
 
 TestbedOpt = Annotated[str, typer.Option("--testbed", "-t", help="Reference name (imagenet-reference, "
@@ -86,7 +87,7 @@ def list_testbeds_cmd() -> None:
     from shiftbench.reference import list_testbeds
 
     for name, desc in list_testbeds().items():
-        out.print(f"{name}\t{desc}", markup=False, highlight=False)
+        typer.echo(f"{name}\t{desc}")
 
 
 @list_app.command("settings")
@@ -97,8 +98,7 @@ def list_settings(testbed: TestbedOpt = "imagenet-reference",
 
     tb = load_testbed(testbed)
     if not long:
-        for s in tb.settings:
-            out.print(s, markup=False, highlight=False)
+        typer.echo("\n".join(tb.settings))
         return
     table = Table("setting", "models evaluated", "examples", title=f"{tb.name}: {len(tb.settings)} settings")
     for s in tb.settings:
@@ -117,8 +117,7 @@ def list_models(testbed: TestbedOpt = "imagenet-reference",
     tb = load_testbed(testbed)
     models = tb.models if model_type is None else tb.resolve([f"type:{model_type}"])
     if not long:
-        for m in models:
-            out.print(m, markup=False, highlight=False)
+        typer.echo("\n".join(models))
         return
     table = Table("model", "model_type", "arch", title=f"{tb.name}: {len(models)} models")
     for m in models:
@@ -197,7 +196,7 @@ def plot_cmd(testbed: TestbedOpt, x: XOpt, y: YOpt,
     tb = load_testbed(testbed)
     fit = _fit(tb, x, y, scale, _fit_on(fit_on), _pivot(pivot))
     path = save_figure(plot_trend(tb, x, y, fit=fit, ci=ci, highlight=highlight or ()), output)
-    out.print(f"wrote {path}", markup=False, highlight=False)
+    typer.echo(f"wrote {path}")
 
 
 # ---------------------------------------------------------------------------- demo
@@ -221,9 +220,9 @@ def demo_cmd(output: Annotated[Path, typer.Option("--output", "-o", help="Report
 
         summary = write_report(testbeds, output, n_resamples=n_resamples, on_step=step)
         progress.update(task, description="reference testbeds analysed")
-    out.print(f"reference analysis: {len(testbeds)} testbeds, {sum(len(t) for t in testbeds)} models, "
-              f"{time.perf_counter() - start:.1f} s", markup=False, highlight=False)
-    out.print(f"report: {summary.resolve()}", markup=False, highlight=False)
+    typer.echo(f"reference analysis: {len(testbeds)} testbeds, {sum(len(t) for t in testbeds)} models, "
+               f"{time.perf_counter() - start:.1f} s")
+    typer.echo(f"report: {summary.resolve()}")
 
 
 def main() -> None:
@@ -233,7 +232,7 @@ def main() -> None:
     except ShiftbenchError as exc:
         if _state["debug"]:
             raise
-        err.print(f"error: {exc}", markup=False, highlight=False)
+        typer.echo(f"error: {exc}", err=True)
         sys.exit(1)
 
 

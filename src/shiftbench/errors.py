@@ -6,6 +6,7 @@ The CLI prints these in one line and exits non-zero; ``--debug`` shows the trace
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
 
 
@@ -29,13 +30,36 @@ class StoreError(ShiftbenchError):
     """The results store is unreadable, corrupted or locked."""
 
 
+def _tokens(name: str) -> list[str]:
+    return [t for t in re.split(r"[-_.\s/:]+", name.lower()) if t]
+
+
+def _abbreviates(token: str, words: list[str]) -> bool:
+    """``token`` is a prefix of some word, or the initials of consecutive words ('mf' for
+    'matched-frequency')."""
+    if any(w.startswith(token) for w in words):
+        return True
+    initials = "".join(w[0] for w in words)
+    return len(token) > 1 and token in initials
+
+
 def closest(name: str, choices: Iterable[str], n: int = 3) -> list[str]:
-    """The ``n`` names in ``choices`` closest to ``name`` (difflib ratio, then substring matches)."""
-    choices = list(choices)
-    found = difflib.get_close_matches(name, choices, n=n, cutoff=0.5)
-    if len(found) < n:
-        low = name.lower()
-        found += [c for c in choices if low in c.lower() and c not in found][: n - len(found)]
+    """The ``n`` names in ``choices`` closest to ``name``.
+
+    First names equal but for case and separators (``resnet-50`` -> ``resnet50``), then names
+    whose words the query abbreviates (``imagenetv2-mf`` -> ``imagenetv2-matched-frequency``;
+    shorter names first), then difflib's closest matches.
+    """
+    choices = list(dict.fromkeys(choices))
+    query = _tokens(name)
+    compact = "".join(query)
+    same = [c for c in choices if "".join(_tokens(c)) == compact]
+    abbreviated = [c for c in choices if query and c not in same and all(_abbreviates(t, _tokens(c)) for t in query)]
+    abbreviated.sort(key=lambda c: (len(_tokens(c)), len(c)))
+    found = (same + abbreviated)[:n]
+    for c in difflib.get_close_matches(name, choices, n=n, cutoff=0.5):
+        if len(found) < n and c not in found:
+            found.append(c)
     return found
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from shiftbench.errors import DataError
+from shiftbench.errors import ConfigError, DataError
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,9 @@ def robustness_correlation(
     a, b = _series(er_a), _series(er_b)
     both = pd.concat([a.rename("a"), b.rename("b")], axis=1, join="inner").dropna()
     types = er_a["model_type"] if isinstance(er_a, pd.DataFrame) else None
+    if types is None and (model_types is not None or exclude_types is not None):
+        raise ConfigError("model_types / exclude_types need effective_robustness tables (with a "
+                          "model_type column), not Series")
     if types is not None:
         if model_types is not None:
             both = both[types.reindex(both.index).isin(list(model_types))]

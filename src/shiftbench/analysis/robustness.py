@@ -20,7 +20,8 @@ import pandas as pd
 from numpy.typing import ArrayLike
 
 from shiftbench.analysis.intervals import accuracy_interval
-from shiftbench.analysis.trend import DEFAULT_FIT_ON, Band, TrendFit, bootstrap_band, fit_trend
+from shiftbench.analysis.trend import (
+    DEFAULT_FIT_ON, Band, TrendFit, bootstrap_band, check_accuracy_arrays, fit_trend)
 from shiftbench.errors import ConfigError, DataError
 from shiftbench.testbed import Testbed
 
@@ -67,11 +68,11 @@ def effective_robustness(
     effective_robustness, er_low, er_high, in_fit``, in the testbed's order. ``attrs`` holds
     the fit and the number of models skipped for an empty cell.
     """
+    fitted_here = fit is None
     if testbed is None:
+        ax, ay = check_accuracy_arrays(x, y)
         if fit is None:
-            fit = fit_trend(x, y, scale)
-        ax = np.asarray(x, dtype=float).ravel()
-        ay = np.asarray(y, dtype=float).ravel()
+            fit = fit_trend(ax, ay, scale)
         frame = pd.DataFrame({"x_acc": ax, "y_acc": ay, "x_n": np.nan, "y_n": np.nan,
                               "model_type": "UNKNOWN"})
         skipped = int((~(np.isfinite(ax) & np.isfinite(ay))).sum())
@@ -89,12 +90,13 @@ def effective_robustness(
     y_hi = np.where(np.isfinite(y_hi), y_hi, frame["y_acc"])
     if band is None and n_resamples > 0:
         band = bootstrap_band(fit, n_resamples=n_resamples, confidence=confidence, seed=seed)
-    b_lo, b_hi = band.at(frame["x_acc"].to_numpy()) if band is not None else (pred, pred)
+    b_lo, b_hi = band.at(frame["x_acc"].to_numpy(), frame["x_n"].to_numpy()) if band is not None else (pred, pred)
     out = pd.DataFrame({
         "model_type": frame["model_type"], "x_acc": frame["x_acc"], "y_acc": frame["y_acc"],
         "predicted_y_acc": pred, "effective_robustness": er,
         "er_low": y_lo - b_hi, "er_high": y_hi - b_lo,
-        "in_fit": frame.index.isin(list(fit.models)),
+        # array inputs carry no names: positions only identify the fit's models if it was fitted here
+        "in_fit": frame.index.isin(list(fit.models)) if (testbed is not None or fitted_here) else False,
     }, index=frame.index)
     out.index.name = "model"
     out.attrs.update(fit=fit, n_skipped=skipped, x=fit.x, y=fit.y, scale=fit.scale)

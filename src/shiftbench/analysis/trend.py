@@ -119,22 +119,46 @@ class Band:
     """A pointwise bootstrap confidence band of a trend, on a grid of x accuracies (percent)."""
 
     grid: np.ndarray
-    lower: np.ndarray
-    upper: np.ndarray
-    confidence: float
-    n_resamples: int
-    scale: str
+    lower_scaled: np.ndarray = field(repr=False)
+    upper_scaled: np.ndarray = field(repr=False)
+    confidence: float = 0.95
+    n_resamples: int = 0
+    scale: str = "logit"
 
-    def at(self, acc_x: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
-        """Band limits (percent) at ``acc_x``, interpolated in scaled coordinates."""
+    @property
+    def lower(self) -> np.ndarray:
+        """Lower limit (percent) at each grid point."""
+        return inverse(self.lower_scaled, self.scale)
+
+    @property
+    def upper(self) -> np.ndarray:
+        """Upper limit (percent) at each grid point."""
+        return inverse(self.upper_scaled, self.scale)
+
+    def at(self, acc_x: ArrayLike, n: ArrayLike | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Band limits (percent) at ``acc_x``, interpolated in scaled coordinates (the limits
+        are kept unclipped, so a band far below 0.01% stays exact)."""
         gx = transform(self.grid, self.scale)
-        xs = transform(acc_x, self.scale)
-        lo = np.interp(xs, gx, transform(self.lower, self.scale))
-        hi = np.interp(xs, gx, transform(self.upper, self.scale))
+        xs = transform(acc_x, self.scale, n)
+        lo = np.interp(xs, gx, self.lower_scaled)
+        hi = np.interp(xs, gx, self.upper_scaled)
         return inverse(lo, self.scale), inverse(hi, self.scale)
 
 
 # ---------------------------------------------------------------------------- data selection
+def check_accuracy_arrays(x: ArrayLike, y: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """Validate paired accuracy arrays (percent, same length, within [0, 100]; NaN allowed)."""
+    ax = np.asarray(x, dtype=float).ravel()
+    ay = np.asarray(y, dtype=float).ravel()
+    if ax.shape != ay.shape:
+        raise DataError(f"x and y have different lengths ({ax.size} vs {ay.size})")
+    bad = (ax < 0) | (ax > 100) | (ay < 0) | (ay > 100)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise DataError(f"accuracy at index {i} ({ax[i]:g}, {ay[i]:g}) is outside [0, 100]; give percentages")
+    return ax, ay
+
+
 def _points(
     x: str | ArrayLike, y: str | ArrayLike, scale: str, testbed: Testbed | None,
     fit_on: str | Iterable[str] | None,
@@ -144,14 +168,7 @@ def _points(
     if testbed is None:
         if isinstance(x, str) or isinstance(y, str):
             raise ConfigError(f"x={x!r}, y={y!r} are setting names: pass testbed=... as well")
-        ax = np.asarray(x, dtype=float).ravel()
-        ay = np.asarray(y, dtype=float).ravel()
-        if ax.shape != ay.shape:
-            raise DataError(f"x and y have different lengths ({ax.size} vs {ay.size})")
-        bad = ((ax < 0) | (ax > 100) | (ay < 0) | (ay > 100))
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raise DataError(f"accuracy at index {i} ({ax[i]:g}, {ay[i]:g}) is outside [0, 100]; give percentages")
+        ax, ay = check_accuracy_arrays(x, y)
         keep = np.isfinite(ax) & np.isfinite(ay)
         info = {"models": tuple(str(i) for i in np.flatnonzero(keep)), "n_skipped": int((~keep).sum()),
                 "fit_on": ()}
@@ -403,7 +420,7 @@ def bootstrap_band(
     for start in range(0, len(g), step):
         preds = basis[start:start + step] @ coefs_t
         bounds[start:start + step] = _row_quantiles(preds, [alpha / 2, 1 - alpha / 2])
-    return Band(grid=g, lower=inverse(bounds[:, 0], fit.scale), upper=inverse(bounds[:, 1], fit.scale),
+    return Band(grid=g, lower_scaled=bounds[:, 0], upper_scaled=bounds[:, 1],
                 confidence=confidence, n_resamples=int(coefs.shape[0]), scale=fit.scale)
 
 

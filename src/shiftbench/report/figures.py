@@ -106,7 +106,7 @@ def plot_trend(
         gx = transform(band.grid, scale)
         fx_lo, fx_hi = transform(fit.x_range[0], scale), transform(fit.x_range[1], scale)
         keep = (gx >= max(grid[0], fx_lo)) & (gx <= min(grid[-1], fx_hi))
-        ax.fill_between(gx[keep], transform(band.lower, scale)[keep], transform(band.upper, scale)[keep],
+        ax.fill_between(gx[keep], band.lower_scaled[keep], band.upper_scaled[keep],
                         color="black", alpha=0.15, lw=0, label=f"{band.confidence:.0%} bootstrap band", zorder=2)
 
     # points with Clopper-Pearson bars, one legend entry per type
@@ -124,6 +124,7 @@ def plot_trend(
         ax.errorbar(xs[sel], ys[sel], xerr=xerr, yerr=yerr, fmt="o", ms=4.2, color=colour, ecolor=colour,
                     elinewidth=0.6, alpha=0.85, mec="white", mew=0.4, label=f"{name} ({sel.sum()})", zorder=4)
     for model in highlight:
+        testbed.check_model(model)
         if model in frame.index:
             ax.annotate(model, (transform(frame.at[model, "x_acc"], scale), transform(frame.at[model, "y_acc"], scale)),
                         xytext=(4, 4), textcoords="offset points", fontsize=7)
