@@ -162,7 +162,7 @@ def er_cmd(testbed: TestbedOpt, x: XOpt, y: YOpt, scale: ScaleOpt = "logit", fit
     tb = load_testbed(testbed)
     fit = _fit(tb, x, y, scale, _fit_on(fit_on), _pivot(pivot))
     er = effective_robustness(x, y, testbed=tb, fit=fit)
-    er = most_effectively_robust(er, top) if top else er.sort_values("effective_robustness", ascending=False)
+    er = most_effectively_robust(er, top) if top is not None else er.sort_values("effective_robustness", ascending=False)
     rows = er.reset_index()[["model", "model_type", "x_acc", "y_acc", "predicted_y_acc", "effective_robustness",
                              "er_low", "er_high"]]
     if as_json:

@@ -19,7 +19,7 @@ from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from shiftbench.analysis.intervals import accuracy_interval  # noqa: E402
-from shiftbench.analysis.scaling import transform  # noqa: E402
+from shiftbench.analysis.scaling import inverse, transform  # noqa: E402
 from shiftbench.analysis.trend import DEFAULT_FIT_ON, Band, TrendFit, bootstrap_band, fit_trend  # noqa: E402
 from shiftbench.errors import ConfigError  # noqa: E402
 from shiftbench.testbed import Testbed  # noqa: E402
@@ -34,7 +34,7 @@ TYPE_STYLE: dict[str, tuple[str, str]] = {
     "UNKNOWN": ("#7f7f7f", "Unknown type"),
 }
 FALLBACK_COLOUR = "#8c564b"
-TICKS = [0.1, 0.5, 1, 2, 5, 10, 20, 30, 40, 50, 60, 70, 80, 90, 95, 98, 99, 99.5, 99.9]
+TICKS = [0.001, 0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 20, 30, 40, 50, 60, 70, 80, 90, 95, 98, 99, 99.5, 99.9, 99.99]
 FORMATS = (".png", ".svg", ".pdf")
 
 
@@ -89,16 +89,19 @@ def plot_trend(
     else:
         fig = ax.figure
 
-    xs = transform(frame["x_acc"], scale)
-    ys = transform(frame["y_acc"], scale)
-    lo_pct = float(np.nanmin(np.r_[frame["x_acc"], frame["y_acc"]]))
-    hi_pct = float(np.nanmax(np.r_[frame["x_acc"], frame["y_acc"]]))
-    lo_pct, hi_pct = max(lo_pct * 0.8, 0.05), min(hi_pct + (100 - hi_pct) * 0.4, 99.95)
-    x_lo_pct = max(float(frame["x_acc"].min()) * 0.9, 0.05)
-    x_hi_pct = min(float(frame["x_acc"].max()) + (100 - float(frame["x_acc"].max())) * 0.3, 99.95)
+    # points clipped like the fit (half an example at 0% / 100%), limits padded in scaled space
+    xs = transform(frame["x_acc"], scale, frame["x_n"])
+    ys = transform(frame["y_acc"], scale, frame["y_n"])
+    x_lo, x_hi = float(xs.min()), float(xs.max())
+    y_lo, y_hi = float(ys.min()), max(float(ys.max()), x_hi)   # keep y = x in view at the top
+    x_pad = 0.06 * max(x_hi - x_lo, 1e-3)
+    y_pad = 0.06 * max(y_hi - y_lo, 1e-3)
+    x_lo, x_hi, y_lo, y_hi = x_lo - x_pad, x_hi + x_pad, y_lo - y_pad, y_hi + y_pad
+    x_lo_pct, x_hi_pct = float(inverse(x_lo, scale)), float(inverse(x_hi, scale))
+    lo_pct, hi_pct = float(inverse(y_lo, scale)), float(inverse(y_hi, scale))
 
     # y = x and the trend with its band
-    grid = np.linspace(transform(x_lo_pct, scale), transform(x_hi_pct, scale), 200)
+    grid = np.linspace(x_lo, x_hi, 200)
     ax.plot(grid, grid, ls="--", color="0.45", lw=1, label="y = x", zorder=1)
     label = f"{fit.kind.capitalize()} fit ({fit.n_models} models, slope {fit.slope:.2f}, $r^2$ {fit.r2:.2f})"
     ax.plot(grid, fit.predict_scaled(grid), color="black", lw=1.6, label=label, zorder=3)
@@ -134,7 +137,7 @@ def plot_trend(
     ax.set_xticks(transform(xticks, scale), [_fmt(t) for t in xticks])
     ax.set_yticks(transform(yticks, scale), [_fmt(t) for t in yticks])
     ax.set_xlim(grid[0], grid[-1])
-    ax.set_ylim(transform(lo_pct, scale), transform(hi_pct, scale))
+    ax.set_ylim(y_lo, y_hi)
     ax.set_xlabel(f"{x} accuracy ({scale} scale)")
     ax.set_ylabel(f"{y} accuracy ({scale} scale)")
     ax.grid(True, color="0.9", lw=0.6)

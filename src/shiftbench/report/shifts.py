@@ -99,6 +99,9 @@ def _fmt_table(frame: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+FITS_COLUMNS = ["shift", "x", "y", "kind", "slope", "intercept", "r2", "n_models", "n_skipped"]
+
+
 def fits_table(results: Sequence[ShiftAnalysis]) -> pd.DataFrame:
     """One row per analysed shift: the fit's parameters and how many models it used."""
     rows = []
@@ -109,7 +112,7 @@ def fits_table(results: Sequence[ShiftAnalysis]) -> pd.DataFrame:
         rows.append({"shift": r.shift.label, "x": r.shift.x, "y": r.shift.y, "kind": d["kind"],
                      "slope": d["slope"], "intercept": d["intercept"], "r2": d["r2"],
                      "n_models": d["n_models"], "n_skipped": d["n_skipped"]})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=FITS_COLUMNS)
 
 
 def write_testbed_report(
@@ -132,7 +135,7 @@ def write_testbed_report(
         results.append(res)
 
     fits = fits_table(results)
-    fits.to_csv(out / "fits.csv", index=False)
+    fits.reindex(columns=FITS_COLUMNS).to_csv(out / "fits.csv", index=False)
     long = [r.er.assign(shift=r.shift.label).reset_index() for r in results if r.er is not None]
     if long:
         pd.concat(long).to_csv(out / "effective_robustness.csv", index=False)
@@ -150,7 +153,8 @@ def write_testbed_report(
             continue
         assert res.fit is not None and res.er is not None
         f = res.fit
-        desc = (f"logit(y) = {f.slope:.3f} logit(x) {f.intercept:+.3f}" if f.kind == "linear" else
+        ty, tx = ("y", "x") if scale == "linear" else (f"{scale}(y)", f"{scale}(x)")
+        desc = (f"{ty} = {f.slope:.3f} {tx} {f.intercept:+.3f}" if f.kind == "linear" else
                 f"piecewise around {getattr(f, 'pivot'):.2f}%: slope {getattr(f, 'slope_below'):.3f} below, "
                 f"{f.slope:.3f} above")
         lines += [f"Fit: {desc} (r² {f.r2:.3f}, {f.n_models} models, {f.n_skipped} skipped for empty cells).", "",
@@ -200,7 +204,7 @@ def write_report(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     sections = ["# shiftbench report: effective robustness under natural distribution shift", "",
-                "Each figure plots shifted against in-distribution accuracy in logit space; the line is "
+                f"Each figure plots shifted against in-distribution accuracy in {scale} space; the line is "
                 "fitted on the standard models (Taori et al. 2020), error bars are 99.5% Clopper-Pearson "
                 "intervals. Effective robustness = a model's shifted accuracy minus the line's prediction.", ""]
     for tb in testbeds:
