@@ -33,6 +33,15 @@ MIN_MODELS = 3
 DEFAULT_FIT_ON = ("STANDARD",)
 
 
+def _linear_basis(xs: np.ndarray) -> np.ndarray:
+    return np.stack([np.ones_like(xs), xs], axis=-1)
+
+
+def _hinge_basis(xs: np.ndarray, knot: float) -> np.ndarray:
+    d = xs - knot
+    return np.stack([np.ones_like(xs), np.minimum(d, 0.0), np.maximum(d, 0.0)], axis=-1)
+
+
 @dataclass(frozen=True)
 class TrendFit:
     """A least-squares trend in ``scale`` coordinates: ``t(y) = slope * t(x) + intercept``.
@@ -64,7 +73,7 @@ class TrendFit:
 
     def basis(self, xs: np.ndarray) -> np.ndarray:
         """Design matrix ``[1, t(x)]`` for scaled ``xs``."""
-        return np.stack([np.ones_like(xs), xs], axis=-1)
+        return _linear_basis(xs)
 
     @property
     def coef(self) -> np.ndarray:
@@ -100,8 +109,8 @@ class PiecewiseTrendFit(TrendFit):
     kind = "piecewise"
 
     def basis(self, xs: np.ndarray) -> np.ndarray:
-        d = xs - float(transform(self.pivot, self.scale))
-        return np.stack([np.ones_like(xs), np.minimum(d, 0.0), np.maximum(d, 0.0)], axis=-1)
+        """Design matrix ``[1, min(t(x) - t(p), 0), max(t(x) - t(p), 0)]`` for scaled ``xs``."""
+        return _hinge_basis(xs, float(transform(self.pivot, self.scale)))
 
     @property
     def coef(self) -> np.ndarray:
@@ -240,11 +249,9 @@ def fit_trend(
     """
     xs, ys, info = _points(x, y, scale, testbed, fit_on)
     _require(len(xs), MIN_MODELS, info, testbed, "a trend fit")
-    probe = TrendFit(0, 0, 0, 0, scale, 0, 0, 0)
-    design = probe.basis(xs)
     if np.ptp(xs) == 0:
         raise DataError(f"all {len(xs)} models have the same accuracy on {info.get('x', 'x')!r}; a trend needs spread")
-    coef, se, r2, s = _ols(design, ys)
+    coef, se, r2, s = _ols(_linear_basis(xs), ys)
     xa = np.asarray(info["xa"])
     return TrendFit(
         slope=float(coef[1]), intercept=float(coef[0]), r2=r2, n_models=len(xs), scale=scale,
@@ -283,8 +290,7 @@ def fit_piecewise_trend(
     below, above = int((xs < p).sum()), int((xs >= p).sum())
     _require(min(below, above), 2, info | {"fit_on": (f"models on each side of the {pivot:.2f}% pivot",)},
              testbed, "a piecewise fit")
-    probe = PiecewiseTrendFit(0, 0, 0, 0, scale, 0, 0, 0, pivot=pivot)
-    coef, se, r2, s = _ols(probe.basis(xs), ys)
+    coef, se, r2, s = _ols(_hinge_basis(xs, p), ys)
     xa = np.asarray(info["xa"])
     return PiecewiseTrendFit(
         slope=float(coef[2]), intercept=float(coef[0]), r2=r2, n_models=len(xs), scale=scale,

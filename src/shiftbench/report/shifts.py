@@ -146,6 +146,7 @@ def write_testbed_report(
              f"resamples; effective robustness in percentage points with its interval.", ""]
     if len(fits):
         lines += [_fmt_table(fits), ""]
+    lines += at_a_glance(results)
     for res in results:
         lines += [f"### {res.shift.label}: `{res.shift.y}` vs `{res.shift.x}`", ""]
         if res.error:
@@ -166,6 +167,24 @@ def write_testbed_report(
         lines += [_fmt_table(best), ""]
     lines += correlation_section(results)
     return "\n".join(lines), results
+
+
+def at_a_glance(results: Sequence[ShiftAnalysis], top: int = 10) -> list[str]:
+    """Markdown bullets: per analysed shift, how well the trend holds and who beats it."""
+    lines = []
+    for r in results:
+        if r.fit is None or r.er is None:
+            continue
+        best = most_effectively_robust(r.er, top)
+        types = best["model_type"].value_counts()
+        lead = best.iloc[0]
+        beyond = int((r.er["er_low"] > 0).sum())
+        lines.append(
+            f"- **{r.shift.label}**: r² {r.fit.r2:.2f} over {r.fit.n_models} standard models; "
+            f"{beyond} of {len(r.er)} models lie significantly above the trend; the most effectively robust is "
+            f"`{best.index[0]}` ({lead.model_type}, {lead.effective_robustness:+.1f} pp); "
+            f"top {len(best)} by type: " + ", ".join(f"{t} {n}" for t, n in types.items()) + ".")
+    return (["At a glance:", ""] + lines + [""]) if lines else []
 
 
 def correlation_section(results: Sequence[ShiftAnalysis], reference: str = "ImageNetV2") -> list[str]:
