@@ -544,3 +544,16 @@ def test_bootstrap_errors(noisy_fit: TrendFit) -> None:
         bootstrap_band(noisy_fit, confidence=95)
     with pytest.raises(ConfigError, match="confidence"):
         bootstrap_band(noisy_fit, confidence=0.0)
+
+
+@pytest.mark.parametrize("m", [1000, 50_001, 100_000])
+def test_row_quantiles_equal_numpy_quantile_exactly(m):
+    from shiftbench.analysis.trend import _row_quantiles
+
+    rng = np.random.default_rng(7)
+    values = rng.normal(size=(12, m))
+    values[3] = np.round(values[3])      # heavy ties
+    values[4] = 1.0                      # constant row
+    values[5] = np.sort(values[5])       # sorted row: the strided sample is not random
+    for qs in ([0.025, 0.975], [0.0, 1.0], [0.5], [0.001, 0.999]):
+        assert np.array_equal(_row_quantiles(values, qs), np.quantile(values, qs, axis=1).T)

@@ -331,7 +331,7 @@ def _solve_small(gram: np.ndarray, vec: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 
 def bootstrap_coefficients(fit: TrendFit, n_resamples: int = 1000, seed: int | None = 0,
-                           chunk: int = 20_000) -> np.ndarray:
+                           chunk: int = 8192) -> np.ndarray:
     """Coefficients of ``fit`` refitted on ``n_resamples`` bootstrap resamples of its models.
 
     Each resample draws ``n`` models with replacement; all resamples are solved at once from
@@ -381,18 +381,24 @@ def _row_quantiles(values: np.ndarray, qs: Sequence[float], sample_size: int = 4
     if m <= 8 * sample_size:
         part = np.partition(values, np.unique(np.concatenate([lo, hi])), axis=1)
         return _lerp(part[:, lo], part[:, hi], frac)
-    sample = np.sort(values[:, :: m // sample_size], axis=1)
+    sample = values[:, :: m // sample_size]
     s = sample.shape[1]
-    out = np.empty((rows, len(pos)))
-    for j, q in enumerate(np.asarray(qs, dtype=float)):
+    brackets = []
+    for q in np.asarray(qs, dtype=float):
         margin = 6.0 * np.sqrt(q * (1 - q) * s) + 2
-        a = sample[:, max(int(q * (s - 1) - margin), 0)][:, None]
-        b = sample[:, min(int(np.ceil(q * (s - 1) + margin)), s - 1)][:, None]
+        brackets.append((max(int(q * (s - 1) - margin), 0), min(int(np.ceil(q * (s - 1) + margin)), s - 1)))
+    sample = np.partition(sample, sorted({r for pair in brackets for r in pair}), axis=1)
+    out = np.empty((rows, len(pos)))
+    for j, (ra, rb) in enumerate(brackets):
+        a = sample[:, ra][:, None]
+        b = sample[:, rb][:, None]
         below = (values < a).sum(axis=1)
         inside = (values >= a) & (values <= b)
+        # all rows' candidates in one extraction, then split by row
+        per_row = np.split(values[inside], np.cumsum(inside.sum(axis=1))[:-1])
         for r in range(rows):
             k_lo, k_hi = lo[j] - below[r], hi[j] - below[r]
-            cand = values[r, inside[r]]
+            cand = per_row[r]
             if k_lo < 0 or k_hi >= len(cand):
                 cand, k_lo, k_hi = values[r], lo[j], hi[j]
             part = np.partition(cand, [k_lo, k_hi])
