@@ -1,0 +1,156 @@
+"""What the engine needs from a dataset: ids, targets, and a safe way to load each image.
+
+An :class:`ImageDataset` is a fixed, ordered list of examples. Example ``i`` has a stable id
+(``ids[i]``, e.g. its path relative to the dataset root, used as the key in the results store),
+a target (``targets[i]``: one class index, or a tuple of acceptable indices for multi-label
+sets such as the video frames) in the dataset's ``label_space``, and optionally a group and an
+offset (video pm-sets: the anchor frame and the signed frame distance to it). ``load(i)``
+returns an RGB :class:`PIL.Image.Image` with EXIF orientation applied, or raises
+:class:`ImageDecodeError` naming the file and the reason; the runner counts and lists such
+examples as skipped instead of crashing.
+
+Subclasses differ only in where pixels come from: files on disk (:class:`FileDataset`),
+arrays in memory (:class:`ArrayDataset`) or a Hugging Face ``datasets`` dataset.
+"""
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageFile, ImageOps
+
+from shiftbench.errors import DataError
+
+Target = int | tuple[int, ...]
+
+#: Images larger than this many pixels are refused as decompression bombs (PIL's own limit is
+#: 89 M pixels with a warning; the largest ImageNet-family images are far below 40 M).
+MAX_PIXELS = 40_000_000
+
+
+class ImageDecodeError(DataError):
+    """One example's image cannot be decoded; the runner skips it and lists it."""
+
+    def __init__(self, example_id: str, reason: str) -> None:
+        super().__init__(f"{example_id}: {reason}")
+        self.example_id = example_id
+        self.reason = reason
+
+
+def to_rgb(img: Image.Image, example_id: str) -> Image.Image:
+    """Normalise any decoded PIL image to 8-bit RGB: EXIF rotation applied, palette/LA/RGBA
+    composited on black... (alpha dropped), CMYK/greyscale/16-bit converted."""
+    img = ImageOps.exif_transpose(img)
+    if img.mode in ("I;16", "I;16B", "I;16L", "I"):
+        arr = np.asarray(img, dtype=np.float64)
+        hi = float(arr.max()) or 1.0
+        img = Image.fromarray(np.clip(arr / (65535.0 if hi > 255 else 255.0) * 255.0, 0, 255).astype(np.uint8))
+    if img.mode == "F":
+        arr = np.asarray(img, dtype=np.float64)
+        img = Image.fromarray(np.clip(arr * (255.0 if arr.max() <= 1.0 else 1.0), 0, 255).astype(np.uint8))
+    if img.mode in ("RGBA", "LA", "PA") or (img.mode == "P" and "transparency" in img.info):
+        img = img.convert("RGBA").convert("RGB")
+    elif img.mode != "RGB":
+        img = img.convert("RGB")
+    return img
+
+
+def open_image(path: Path, example_id: str, crop: int = 0) -> Image.Image:
+    """Decode one image file safely; ``crop`` pixels are removed from every side afterwards
+    (ObjectNet's 2 px red border)."""
+    try:
+        if path.stat().st_size == 0:
+            raise ImageDecodeError(example_id, "empty file (0 bytes)")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(path) as raw:
+                w, h = raw.size
+                if w * h > MAX_PIXELS:
+                    raise ImageDecodeError(example_id, f"{w}x{h} pixels exceeds the {MAX_PIXELS:,}-pixel limit "
+                                                       "(possible decompression bomb)")
+                raw.load()
+                img = to_rgb(raw, example_id)
+    except ImageDecodeError:
+        raise
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+        raise ImageDecodeError(example_id, f"cannot decode ({type(exc).__name__}: {exc})") from exc
+    if crop:
+        w, h = img.size
+        if w <= 2 * crop or h <= 2 * crop:
+            raise ImageDecodeError(example_id, f"{w}x{h} image too small for a {crop}px border crop")
+        img = img.crop((crop, crop, w - crop, h - crop))
+    return img
+
+
+ImageFile.LOAD_TRUNCATED_IMAGES = False  # a truncated file is an error, not a silently grey image
+
+
+@dataclass
+class ImageDataset:
+    """Base class: the example list; subclasses implement :meth:`load`."""
+
+    name: str
+    ids: list[str]
+    targets: list[Target]
+    label_space: str
+    num_classes: int
+    class_names: list[str] | None = None
+    groups: list[str] | None = None
+    offsets: list[int] | None = None
+    root: Path | None = None
+    skipped_on_scan: list[tuple[str, str]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if len(self.ids) != len(self.targets):
+            raise DataError(f"dataset {self.name!r}: {len(self.ids)} ids but {len(self.targets)} targets")
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def load(self, i: int) -> Image.Image:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def subset(self, indices: Sequence[int]) -> ImageDataset:
+        """The examples at ``indices``, in that order (ids stay the same)."""
+        idx = list(indices)
+        pick = lambda xs: None if xs is None else [xs[i] for i in idx]  # noqa: E731
+        return self._replace_examples(idx, ids=pick(self.ids), targets=pick(self.targets),
+                                      groups=pick(self.groups), offsets=pick(self.offsets))
+
+    def _replace_examples(self, idx: list[int], **fields: object) -> ImageDataset:
+        return replace(self, **fields)
+
+
+@dataclass
+class FileDataset(ImageDataset):
+    """Images stored as files; ``paths[i]`` is the file of example ``i``."""
+
+    paths: list[Path] = field(default_factory=list)
+    crop: int = 0
+
+    def load(self, i: int) -> Image.Image:
+        return open_image(self.paths[i], self.ids[i], self.crop)
+
+    def _replace_examples(self, idx: list[int], **fields: object) -> ImageDataset:
+        return replace(self, paths=[self.paths[i] for i in idx], **fields)
+
+
+@dataclass
+class ArrayDataset(ImageDataset):
+    """Images held in memory as a uint8 array ``(N, H, W[, C])``."""
+
+    images: np.ndarray = field(default_factory=lambda: np.zeros((0, 1, 1, 3), np.uint8))
+
+    def load(self, i: int) -> Image.Image:
+        arr = self.images[i]
+        if arr.ndim == 3 and arr.shape[0] in (1, 3) and arr.shape[-1] not in (1, 3):
+            arr = np.transpose(arr, (1, 2, 0))  # CHW -> HWC
+        if arr.ndim == 3 and arr.shape[-1] == 1:
+            arr = arr[..., 0]
+        return to_rgb(Image.fromarray(np.ascontiguousarray(arr)), self.ids[i])
+
+    def _replace_examples(self, idx: list[int], **fields: object) -> ImageDataset:
+        return replace(self, images=self.images[idx], **fields)
