@@ -90,12 +90,29 @@ def list_testbeds_cmd() -> None:
         typer.echo(f"{name}\t{desc}")
 
 
+OptTestbedOpt = Annotated[Optional[str], typer.Option(
+    "--testbed", "-t", help="A testbed (reference name or table path); without it, what shiftbench can evaluate.")]
+
+
 @list_app.command("settings")
-def list_settings(testbed: TestbedOpt = "imagenet-reference",
+def list_settings(testbed: OptTestbedOpt = None,
                   long: Annotated[bool, typer.Option("--long", "-l", help="Show a table with counts.")] = False) -> None:
-    """Evaluation settings of a testbed, one per line."""
+    """Settings, one per line: of a testbed, or (without --testbed) those `shiftbench eval` can run."""
     from shiftbench.reference import load_testbed
 
+    if testbed is None:
+        from shiftbench.settings import list_settings as registered
+
+        settings = registered()
+        if not long:
+            typer.echo("\n".join(settings))
+            return
+        table = Table("setting", "description", title=f"{len(settings)} evaluation settings "
+                      "(plus folder:<dir>, manifest:<file>, hf:<dir>, <video>_pm<k>)")
+        for name, desc in settings.items():
+            table.add_row(name, desc)
+        out.print(table)
+        return
     tb = load_testbed(testbed)
     if not long:
         typer.echo("\n".join(tb.settings))
@@ -108,12 +125,18 @@ def list_settings(testbed: TestbedOpt = "imagenet-reference",
 
 
 @list_app.command("models")
-def list_models(testbed: TestbedOpt = "imagenet-reference",
+def list_models(testbed: OptTestbedOpt = None,
                 model_type: Annotated[Optional[str], typer.Option("--type", help="Only this model type.")] = None,
                 long: Annotated[bool, typer.Option("--long", "-l", help="Show type and architecture.")] = False) -> None:
-    """Models of a testbed, one per line."""
+    """Models of a testbed, one per line; without --testbed, the model sources `eval` accepts."""
     from shiftbench.reference import load_testbed
 
+    if testbed is None:
+        from shiftbench.models import list_sources
+
+        for name, desc in list_sources().items():
+            typer.echo(f"{name}\t{desc}")
+        return
     tb = load_testbed(testbed)
     models = tb.models if model_type is None else tb.resolve([f"type:{model_type}"])
     if not long:
@@ -197,6 +220,100 @@ def plot_cmd(testbed: TestbedOpt, x: XOpt, y: YOpt,
     fit = _fit(tb, x, y, scale, _fit_on(fit_on), _pivot(pivot))
     path = save_figure(plot_trend(tb, x, y, fit=fit, ci=ci, highlight=highlight or ()), output)
     typer.echo(f"wrote {path}")
+
+
+# ---------------------------------------------------------------------------- evaluation
+def _data_dirs(values: list[str] | None) -> dict[str, str]:
+    dirs = {}
+    for item in values or []:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise typer.BadParameter(f"{item!r}: use NAME=PATH, e.g. imagenet-a=/data/imagenet-a", param_hint="--data-dir")
+        dirs[name] = path
+    return dirs
+
+
+@app.command("eval")
+def eval_cmd(
+    model: Annotated[list[str], typer.Option("--model", "-m", help="Model spec, e.g. timm:resnet50.a1_in1k, "
+                                              "torchvision:resnet50, checkpoint:FILE --arch ..., python:mod:fn. Repeatable.")],
+    setting: Annotated[list[str], typer.Option("--setting", "-s", help="Setting name (shiftbench list settings). Repeatable.")],
+    data_root: Annotated[Path, typer.Option("--data-root", help="Folder holding the datasets in their default folders.")] = Path("."),
+    data_dir: Annotated[Optional[list[str]], typer.Option("--data-dir", help="Per-dataset override NAME=PATH. Repeatable.")] = None,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Images per forward pass.")] = 64,
+    workers: Annotated[int, typer.Option("--workers", help="DataLoader worker processes decoding images.")] = 1,
+    limit: Annotated[Optional[int], typer.Option("--limit", help="Only the first N examples of each dataset.")] = None,
+    keep_logits: Annotated[bool, typer.Option("--keep-logits", help="Also store float16 logits.")] = False,
+    store: Annotated[Path, typer.Option("--store", help="Results store directory.")] = Path("shiftbench-results"),
+    executor: Annotated[str, typer.Option("--executor", help="local or ray.")] = "local",
+    address: Annotated[Optional[str], typer.Option("--address", help="Ray cluster address (with --executor ray).")] = None,
+    convention: Annotated[str, typer.Option("--convention", help="Class-subset scoring: restricted (published) "
+                                             "or argmax-all.")] = "restricted",
+    force: Annotated[bool, typer.Option("--force", help="Recompute finished results.")] = False,
+    device: Annotated[Optional[str], typer.Option("--device", help="cuda, cuda:1 or cpu (default: cuda if present).")] = None,
+    chunk_size: Annotated[int, typer.Option("--chunk-size", help="Examples per stored part (the resume unit).")] = 1024,
+    as_json: JsonOpt = False,
+) -> None:
+    """Evaluate models on settings; results go to the store and are printed."""
+    from shiftbench.engine import evaluate
+
+    kwargs = dict(data_root=data_root, data_dirs=_data_dirs(data_dir), store=store, batch_size=batch_size,
+                  workers=workers, limit=limit, keep_logits=keep_logits, force=force, device=device,
+                  convention=convention, chunk_size=chunk_size)
+    if executor == "ray":
+        from shiftbench.engine.ray_executor import evaluate_ray
+
+        frame = evaluate_ray(model, setting, address=address, **kwargs)
+    elif executor == "local":
+        import pandas as pd
+
+        frame = pd.concat([evaluate(m, setting, progress=not as_json, **kwargs) for m in model], ignore_index=True)
+    else:
+        raise typer.BadParameter(f"{executor!r}: use local or ray", param_hint="--executor")
+    rows = frame[["model", "setting", "accuracy", "top5", "n_examples", "n_skipped"]]
+    if as_json:
+        print(json.dumps([{k: _clean(v) for k, v in r.items()} for r in rows.to_dict("records")]))
+        return
+    _results_table(frame, title=f"{len(frame)} results in {store}")
+
+
+def _results_table(frame, title: str) -> None:
+    table = Table("model", "setting", "top-1 %", "top-5 %", "examples", "skipped", "convention", "Δ reference", title=title)
+    for r in frame.to_dict("records"):
+        delta = r.get("reference_delta")
+        table.add_row(str(r["model"]), str(r["setting"]), f"{r['accuracy']:.2f}", f"{r['top5']:.2f}",
+                      f"{int(r['n_examples']):,}", str(int(r["n_skipped"])), str(r.get("convention", "")),
+                      "" if delta is None or delta != delta else f"{delta:+.2f} ({r['reference']})")
+    out.print(table)
+    skipped = [f for r in frame.to_dict("records") for f in (r.get("skipped_files") or [])]
+    if skipped:
+        out.print(f"skipped images ({len(skipped)} listed):")
+        for f in skipped[:20]:
+            out.print(f"  {f}")
+
+
+@app.command("results")
+def results_cmd(
+    store: Annotated[Path, typer.Option("--store", help="Results store directory.")] = Path("shiftbench-results"),
+    export: Annotated[Optional[Path], typer.Option("--export", help="Write the table to FILE.csv or FILE.parquet.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The finished results in a store, with the difference to a reference row where one exists."""
+    from shiftbench.engine.results import results_with_reference
+
+    frame = results_with_reference(store)
+    if export is not None:
+        from shiftbench.engine.results import export_results
+
+        path = export_results(frame, export)
+        if not as_json:
+            typer.echo(f"wrote {path}")
+    if as_json:
+        cols = ["model", "setting", "accuracy", "top5", "n_examples", "n_skipped", "convention",
+                "reference", "reference_accuracy", "reference_delta"]
+        print(json.dumps([{k: _clean(v) for k, v in r.items()} for r in frame[cols].to_dict("records")]))
+        return
+    _results_table(frame, title=f"{len(frame)} results in {store}")
 
 
 # ---------------------------------------------------------------------------- demo

@@ -212,6 +212,28 @@ class Testbed:
             raise DataError(f"{path}: cannot read the table ({exc}); is it a valid {suffix[1:]} file?") from exc
         return cls.from_frame(frame, name=name or path.stem, source=str(path))
 
+    @classmethod
+    def from_store(cls, store: str | Path = "shiftbench-results", *, convention: str = "restricted",
+                   name: str = "store") -> Testbed:
+        """The testbed of finished evaluations in a results store (``shiftbench eval``).
+
+        One cell per (model, setting): where a setting was scored under both subset
+        conventions, ``convention`` picks one; where several example lists exist (``--limit``
+        runs), the one with the most examples wins. Sizes are the example counts.
+        """
+        from shiftbench.store import Store
+
+        res = Store(store).results()
+        if res.empty:
+            raise DataError(f"{store}: no finished results; run `shiftbench eval` first")
+        res = res[res["convention"].isin([convention, "full"])]
+        res = res.sort_values(["n_examples", "finished"]).drop_duplicates(["model", "setting"], keep="last")
+        acc = res.pivot(index="model", columns="setting", values="accuracy")
+        sizes = res.pivot(index="model", columns="setting", values="n_examples").astype(float)
+        meta_cols = [c for c in ("model_type", "arch", "tags", "spec") if c in res]
+        meta = res.drop_duplicates("model", keep="last").set_index("model")[meta_cols]
+        return cls(acc, sizes, meta, name=name, source=str(store))
+
     def to_frame(self) -> pd.DataFrame:
         """The wide form: ``model``, metadata, settings, then ``<setting>_dataset_size``."""
         meta = self.metadata.copy()

@@ -14,10 +14,13 @@ arrays in memory (:class:`ArrayDataset`) or a Hugging Face ``datasets`` dataset.
 """
 from __future__ import annotations
 
+import io
+import re
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 from PIL import Image, ImageFile, ImageOps
@@ -41,16 +44,25 @@ class ImageDecodeError(DataError):
 
 
 def to_rgb(img: Image.Image, example_id: str) -> Image.Image:
-    """Normalise any decoded PIL image to 8-bit RGB: EXIF rotation applied, palette/LA/RGBA
-    composited on black... (alpha dropped), CMYK/greyscale/16-bit converted."""
+    """Normalise any decoded PIL image to 8-bit RGB.
+
+    EXIF orientation is applied (width and height swap for a rotated photo); palette, LA and
+    RGBA images lose their alpha channel the way torchvision's loader does (``convert("RGB")``
+    keeps the colour under transparent pixels), so numbers match the published testbed;
+    CMYK, greyscale, 1-bit and YCbCr images are converted; 16-bit images (``I;16*``) are scaled
+    by 255/65535, 32-bit integer images by their range, float images from [0, 1] or [0, 255].
+    """
     img = ImageOps.exif_transpose(img)
-    if img.mode in ("I;16", "I;16B", "I;16L", "I"):
+    if img.mode.startswith("I;16"):
         arr = np.asarray(img, dtype=np.float64)
-        hi = float(arr.max()) or 1.0
+        img = Image.fromarray(np.clip(arr / 65535.0 * 255.0 + 0.5, 0, 255).astype(np.uint8))
+    elif img.mode == "I":
+        arr = np.asarray(img, dtype=np.float64)
+        hi = float(arr.max()) if arr.size else 0.0
         img = Image.fromarray(np.clip(arr / (65535.0 if hi > 255 else 255.0) * 255.0, 0, 255).astype(np.uint8))
     if img.mode == "F":
         arr = np.asarray(img, dtype=np.float64)
-        img = Image.fromarray(np.clip(arr * (255.0 if arr.max() <= 1.0 else 1.0), 0, 255).astype(np.uint8))
+        img = Image.fromarray(np.clip(arr * (255.0 if arr.size and arr.max() <= 1.0 else 1.0), 0, 255).astype(np.uint8))
     if img.mode in ("RGBA", "LA", "PA") or (img.mode == "P" and "transparency" in img.info):
         img = img.convert("RGBA").convert("RGB")
     elif img.mode != "RGB":
@@ -58,24 +70,43 @@ def to_rgb(img: Image.Image, example_id: str) -> Image.Image:
     return img
 
 
-def open_image(path: Path, example_id: str, crop: int = 0) -> Image.Image:
-    """Decode one image file safely; ``crop`` pixels are removed from every side afterwards
-    (ObjectNet's 2 px red border)."""
+ImageSource = Path | str | bytes | BinaryIO
+
+
+def decode_image(source: ImageSource, example_id: str, crop: int = 0) -> Image.Image:
+    """Decode one image (a file path, encoded bytes or a binary file object) safely.
+
+    Returns an RGB image (see :func:`to_rgb`), or raises :class:`ImageDecodeError` naming
+    ``example_id`` for: an empty file, a truncated or otherwise undecodable file, and an image
+    whose header claims more than :data:`MAX_PIXELS` pixels (a decompression bomb, refused from
+    the header alone, before any pixel is decoded). Any exception a PIL plugin raises on a
+    malformed file becomes an :class:`ImageDecodeError`, so one bad file never stops a run.
+    ``crop`` pixels are removed from every side afterwards (ObjectNet's 2 px border).
+    """
     try:
-        if path.stat().st_size == 0:
+        if isinstance(source, bytes | bytearray):
+            if not source:
+                raise ImageDecodeError(example_id, "empty image (0 bytes)")
+            source = io.BytesIO(source)
+        elif isinstance(source, str | Path) and Path(source).stat().st_size == 0:
             raise ImageDecodeError(example_id, "empty file (0 bytes)")
         with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(path) as raw:
+            # PIL warns above its own 89 M-pixel limit; the explicit check below is stricter.
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(source) as raw:
                 w, h = raw.size
                 if w * h > MAX_PIXELS:
-                    raise ImageDecodeError(example_id, f"{w}x{h} pixels exceeds the {MAX_PIXELS:,}-pixel limit "
-                                                       "(possible decompression bomb)")
+                    raise ImageDecodeError(example_id, _bomb_reason(f"{w}x{h} pixels"))
                 raw.load()
                 img = to_rgb(raw, example_id)
     except ImageDecodeError:
         raise
-    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+    except Image.DecompressionBombError as exc:
+        n = re.search(r"(\d+) pixels", str(exc))
+        raise ImageDecodeError(example_id, _bomb_reason(f"{int(n.group(1)):,} pixels" if n else "the image")) from exc
+    except FileNotFoundError as exc:
+        raise ImageDecodeError(example_id, f"file not found: {exc.filename}") from exc
+    except Exception as exc:  # noqa: BLE001 - PIL plugins raise many types on malformed files
         raise ImageDecodeError(example_id, f"cannot decode ({type(exc).__name__}: {exc})") from exc
     if crop:
         w, h = img.size
@@ -85,12 +116,28 @@ def open_image(path: Path, example_id: str, crop: int = 0) -> Image.Image:
     return img
 
 
+def _bomb_reason(size: str) -> str:
+    return f"{size} exceeds the {MAX_PIXELS:,}-pixel limit (possible decompression bomb)"
+
+
+def open_image(path: Path, example_id: str, crop: int = 0) -> Image.Image:
+    """Decode one image file safely (see :func:`decode_image`); ``crop`` pixels are removed
+    from every side afterwards (ObjectNet's 2 px red border)."""
+    return decode_image(Path(path), example_id, crop)
+
+
 ImageFile.LOAD_TRUNCATED_IMAGES = False  # a truncated file is an error, not a silently grey image
 
 
 @dataclass
 class ImageDataset:
-    """Base class: the example list; subclasses implement :meth:`load`."""
+    """Base class: the example list; subclasses implement :meth:`load`.
+
+    ``skipped_on_scan`` lists ``(id, reason)`` for entries the layout scan met but could not
+    make an example of (a non-image file in a class folder, an image with no label in the
+    labels file, an unexpected folder); bad *images* are never dropped at scan time, they fail
+    in :meth:`load` with :class:`ImageDecodeError`.
+    """
 
     name: str
     ids: list[str]
@@ -150,7 +197,11 @@ class ArrayDataset(ImageDataset):
             arr = np.transpose(arr, (1, 2, 0))  # CHW -> HWC
         if arr.ndim == 3 and arr.shape[-1] == 1:
             arr = arr[..., 0]
-        return to_rgb(Image.fromarray(np.ascontiguousarray(arr)), self.ids[i])
+        try:
+            return to_rgb(Image.fromarray(np.ascontiguousarray(arr)), self.ids[i])
+        except Exception as exc:  # noqa: BLE001 - an unusable array is one skipped example
+            raise ImageDecodeError(self.ids[i], f"cannot convert array of shape {arr.shape} "
+                                                f"and dtype {arr.dtype} ({type(exc).__name__}: {exc})") from exc
 
     def _replace_examples(self, idx: list[int], **fields: object) -> ImageDataset:
         return replace(self, images=self.images[idx], **fields)

@@ -65,7 +65,8 @@ class LoadedModel:
     ``module`` maps a [0, 1] batch to logits ``(B, num_classes)``; ``name`` is the name results
     are stored under (for timm models the timm name, so results line up with
     ``timm-reference``); ``fingerprint`` identifies the weights (weight enum, pretrained tag or
-    the checkpoint file's sha256) and is part of every results key.
+    the checkpoint file's sha256) and is part of every results key. ``class_names`` are the
+    names of the output classes when the source knows them (torchvision's weight meta).
     """
 
     spec: str
@@ -76,3 +77,4 @@ class LoadedModel:
     label_space: str = "imagenet-1k"
     fingerprint: str = ""
     metadata: dict[str, Any] = field(default_factory=dict)
+    class_names: list[str] | None = None

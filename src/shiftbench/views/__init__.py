@@ -1,0 +1,26 @@
+"""Views over one forward pass: top-1/top-5, class subsets, many-to-one maps, superclasses,
+pm-k and calibration, all pure numpy functions of stored logits and labels.
+
+>>> import numpy as np
+>>> from shiftbench.views import SubsetView, calibration, top1
+>>> cols = SubsetView("toy", [1, 2]).apply(np.array([[5.0, 1.0, 2.0], [0.0, 3.0, 1.0]]), [2, 2])
+>>> top1(cols)
+50.0
+"""
+from shiftbench.views._ops import CONVENTIONS
+from shiftbench.views.base import COLUMNS, Target, View
+from shiftbench.views.full import FullView
+from shiftbench.views.imagenet import (
+    imagenet_a_view, imagenet_r_view, objectnet_imagenet_ids, objectnet_view, video_view)
+from shiftbench.views.mapped import MappedView
+from shiftbench.views.metrics import calibration, top1, top5
+from shiftbench.views.pmk import pm_k
+from shiftbench.views.subset import SubsetView
+from shiftbench.views.superclass import SuperclassView
+
+__all__ = [
+    "View", "Target", "COLUMNS", "CONVENTIONS",
+    "FullView", "SubsetView", "MappedView", "SuperclassView",
+    "pm_k", "calibration", "top1", "top5",
+    "imagenet_a_view", "imagenet_r_view", "objectnet_view", "objectnet_imagenet_ids", "video_view",
+]

@@ -1,0 +1,338 @@
+"""Class-folder layouts: any image folder, ImageNet validation, ImageNetV2, ImageNet-A/-R/-Sketch,
+ObjectNet 1.0 and ImageNet-C on disk.
+
+Every builder scans with :func:`os.scandir` only (no image is opened), returns a
+:class:`~shiftbench.datasets.base.FileDataset` sorted by id (the POSIX path relative to the
+dataset's root), and raises :class:`~shiftbench.datasets.LayoutError` naming the expected
+layout and the first missing path when the folder is absent or incomplete. ``strict=False``
+accepts a partial copy (some class folders missing) of the named datasets.
+"""
+from __future__ import annotations
+
+import os
+from functools import partial
+from pathlib import Path
+
+import pandas as pd
+
+from shiftbench.datasets import classmaps as cm
+from shiftbench.datasets._scan import (
+    Examples,
+    LayoutError,
+    file_dataset,
+    is_image_name,
+    require_dir,
+    scan_class_folders,
+    subdirs,
+)
+from shiftbench.datasets.base import FileDataset
+from shiftbench.datasets.registry import register_dataset
+from shiftbench.errors import ConfigError, DataError, did_you_mean
+
+IMAGENET = "imagenet-1k"
+IMAGENETV2_VARIANTS = ("matched-frequency", "threshold0.7", "top-images")
+#: The 15 ImageNet-C corruptions plus the 4 extra ones (Hendrycks & Dietterich 2019).
+IMAGENET_C_CORRUPTIONS = (
+    "gaussian_noise", "shot_noise", "impulse_noise", "defocus_blur", "glass_blur", "motion_blur", "zoom_blur",
+    "snow", "frost", "fog", "brightness", "contrast", "elastic_transform", "pixelate", "jpeg_compression",
+    "speckle_noise", "gaussian_blur", "spatter", "saturate",
+)
+#: Labels files recognised beside flat ImageNet validation images, in order of preference.
+IMAGENET_VAL_LABEL_FILES = ("LOC_val_solution.csv", "labels.csv", "val_labels.csv")
+
+
+def _stray_images(root: Path, folders: set[str]) -> list[tuple[str, str]]:
+    """Image files lying directly in ``root`` (outside any class folder), for ``skipped_on_scan``."""
+    with os.scandir(root) as it:
+        return sorted((e.name, "image outside any class folder") for e in it
+                      if not e.name.startswith(".") and e.name not in folders and is_image_name(e.name) and e.is_file())
+
+
+def _class_folders(root: Path, name: str, expected: str, wanted: dict[str, int], strict: bool,
+                   what: str) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """The folders of ``wanted`` present under ``root``; with ``strict`` every one must exist.
+    Visible folders not in ``wanted`` are listed as skipped."""
+    require_dir(root, name, expected)
+    present = set(subdirs(root))
+    if strict:
+        for folder in wanted:
+            if folder not in present:
+                n_missing = sum(f not in present for f in wanted)
+                raise LayoutError(name, expected, root / folder,
+                                  f"{n_missing} of {len(wanted)} {what} folders absent (strict=False accepts a partial copy)")
+    found = {f: t for f, t in wanted.items() if f in present}
+    if not found:
+        raise LayoutError(name, expected, root / next(iter(wanted)), f"no {what} folder found in {root}")
+    skipped = [(f, f"unexpected folder (not one of the {what} folders)") for f in sorted(present - set(wanted))]
+    return found, skipped + _stray_images(root, present)
+
+
+# --------------------------------------------------------------------------- generic folder
+def image_folder(root: Path | str, name: str | None = None, classes: list[str] | None = None,
+                 label_space: str | None = None) -> FileDataset:
+    """Any ``root/<class>/**/<image>`` folder (torchvision ``ImageFolder`` semantics).
+
+    Class ``i`` is ``classes[i]`` if given (each must exist), else the ``i``-th sub-folder in
+    sorted order. Extensions (case-insensitive): jpg, jpeg, png, bmp, webp, tif, tiff, ppm, pgm;
+    other files are listed in ``skipped_on_scan``; dot-files are ignored. ``label_space``
+    defaults to ``custom:<name>`` (``name`` defaults to the folder's name).
+    """
+    root = Path(root)
+    name = name or root.name or "folder"
+    expected = f"{root}/<class>/<image> (one folder per class)"
+    require_dir(root, name, expected)
+    present = subdirs(root)
+    if classes is not None:
+        for c in classes:
+            if c not in present:
+                raise LayoutError(name, expected, root / c, "class folder given in classes= is absent")
+    names = list(classes) if classes is not None else present
+    if not names:
+        raise LayoutError(name, expected, root / "<class>", f"no class folders in {root}")
+    ex = scan_class_folders(root, {c: i for i, c in enumerate(names)})
+    return file_dataset(name, root, ex, label_space=label_space or f"custom:{name}", num_classes=len(names),
+                        class_names=names, skipped=_stray_images(root, set(present)), expected=expected)
+
+
+# --------------------------------------------------------------------------- ImageNet val
+def _wnid_targets(wnids: list[str] | tuple[str, ...] | None = None) -> dict[str, int]:
+    index = cm.imagenet_wnid_to_index()
+    return {w: index[w] for w in (wnids if wnids is not None else cm.imagenet_wnids())}
+
+
+def _read_val_labels(path: Path, name: str) -> list[tuple[str, int]]:
+    """``(file name or stem, ImageNet index)`` rows of a validation labels file.
+
+    ``LOC_val_solution.csv`` (Kaggle): ``ImageId,PredictionString``, the first token of the
+    prediction string is the wnid. Otherwise ``filename,label`` with an int index or a wnid
+    (a header row is optional).
+    """
+    index = cm.imagenet_wnid_to_index()
+    try:
+        df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except Exception as exc:  # noqa: BLE001 - unreadable table
+        raise DataError(f"{name}: cannot read labels file {path} ({type(exc).__name__}: {exc})") from exc
+    cols = [c.strip() for c in df.columns]
+    if "ImageId" in cols and "PredictionString" in cols:
+        files, labels = df["ImageId"], df["PredictionString"].str.split().str[0].fillna("")
+    elif len(cols) >= 2 and not (cols[1].isdigit() or cols[1] in index):
+        files, labels = df.iloc[:, 0], df.iloc[:, 1]
+    else:  # no header row
+        df = pd.read_csv(path, dtype=str, keep_default_na=False, header=None)
+        files, labels = df.iloc[:, 0], df.iloc[:, 1]
+    rows = []
+    for r, (f, lab) in enumerate(zip(files, labels)):
+        lab = str(lab).strip()
+        if lab.isdigit() and int(lab) < 1000:
+            rows.append((str(f).strip(), int(lab)))
+        elif lab in index:
+            rows.append((str(f).strip(), index[lab]))
+        else:
+            raise DataError(f"{name}: {path} row {r + 1} ({f}): label {lab!r} is neither an ImageNet index 0..999 "
+                            "nor a wnid")
+    return rows
+
+
+def _imagenet_val_flat(root: Path, labels_file: Path, name: str, expected: str) -> FileDataset:
+    rows = _read_val_labels(labels_file, name)
+    with os.scandir(root) as it:
+        files = sorted(e.name for e in it if not e.name.startswith(".") and is_image_name(e.name) and e.is_file())
+    by_name = {f: f for f in files}
+    by_stem: dict[str, str] = {}
+    for f in files:
+        by_stem.setdefault(os.path.splitext(f)[0], f)
+    ex, used = Examples(), set()
+    for f, target in rows:
+        hit = by_name.get(f) or by_stem.get(f) or by_stem.get(os.path.splitext(f)[0])
+        if hit is None:
+            n_missing = sum(1 for g, _ in rows if not (by_name.get(g) or by_stem.get(g) or by_stem.get(os.path.splitext(g)[0])))
+            raise LayoutError(name, expected, root / f, f"{n_missing} of {len(rows)} images named in {labels_file.name} absent")
+        if hit in used:
+            raise DataError(f"{name}: {labels_file} lists {f!r} twice")
+        used.add(hit)
+        ex.add(hit, target, root / hit)
+    ex.skipped = [(f, f"no label in {labels_file.name}") for f in files if f not in used]
+    return file_dataset(name, root, ex, label_space=IMAGENET, num_classes=1000, class_names=list(cm.imagenet_names()),
+                        expected=expected)
+
+
+#: Where the Kaggle download keeps the validation images, relative to LOC_val_solution.csv.
+KAGGLE_VAL_DIR = "ILSVRC/Data/CLS-LOC/val"
+
+
+def imagenet_val(root: Path | str, name: str = "imagenet-val", labels_file: Path | str | None = None,
+                 strict: bool = True) -> FileDataset:
+    """ImageNet-1k validation (Russakovsky et al. 2015), 50,000 images, in either layout:
+
+    - ``root/<wnid>/*.JPEG``: 1000 wnid folders (the ``valprep.sh`` / torchvision layout);
+      ids ``<wnid>/<file>``;
+    - ``root/*.JPEG`` plus a labels file in ``root`` (or ``labels_file=``):
+      ``LOC_val_solution.csv`` (Kaggle: ``ImageId,PredictionString``, first token = wnid) or
+      ``labels.csv`` / ``val_labels.csv`` (``filename,label``, label = index or wnid);
+      ids ``<file>``. The Kaggle download's top folder also works as ``root``
+      (``LOC_val_solution.csv`` + ``ILSVRC/Data/CLS-LOC/val/*.JPEG``). Images without a label
+      are listed in ``skipped_on_scan``; a labelled image that is absent is a
+      :class:`LayoutError`.
+
+    Wnid folders win over a labels file found beside them; an explicit ``labels_file`` wins
+    over both. Targets are ImageNet-1k indices (sorted-wnid order).
+    """
+    root = Path(root)
+    expected = f"{root}/<wnid>/*.JPEG (1000 wnid folders) or {root}/*.JPEG + {'|'.join(IMAGENET_VAL_LABEL_FILES)}"
+    require_dir(root, name, expected)
+    if labels_file is not None:
+        if not Path(labels_file).is_file():
+            raise LayoutError(name, expected, labels_file)
+        return _imagenet_val_flat(root, Path(labels_file), name, expected)
+    present = set(subdirs(root))
+    if present & set(cm.imagenet_wnids()):
+        return _wnid_dataset(root, name, expected, _wnid_targets(), strict, "ImageNet wnid")
+    if (root / "LOC_val_solution.csv").is_file() and (root / KAGGLE_VAL_DIR).is_dir():
+        return _imagenet_val_flat(root / KAGGLE_VAL_DIR, root / "LOC_val_solution.csv", name, expected)
+    found = next((root / f for f in IMAGENET_VAL_LABEL_FILES if (root / f).is_file()), None)
+    if found is not None:
+        return _imagenet_val_flat(root, found, name, expected)
+    raise LayoutError(name, expected, root / cm.imagenet_wnids()[0],
+                      f"no wnid folder and no labels file ({', '.join(IMAGENET_VAL_LABEL_FILES)}) in {root}")
+
+
+def _wnid_dataset(root: Path, name: str, expected: str, wanted: dict[str, int], strict: bool, what: str,
+                  crop: int = 0) -> FileDataset:
+    found, skipped = _class_folders(root, name, expected, wanted, strict, what)
+    ex = scan_class_folders(root, found)
+    return file_dataset(name, root, ex, label_space=IMAGENET, num_classes=1000, class_names=list(cm.imagenet_names()),
+                        skipped=skipped, expected=expected, crop=crop)
+
+
+# --------------------------------------------------------------------------- ImageNetV2
+def imagenetv2(root: Path | str, variant: str = "matched-frequency", name: str | None = None,
+               strict: bool = True) -> FileDataset:
+    """ImageNetV2 (Recht et al. 2019), 10,000 images: ``root/<class index>/*.jpeg`` with folders
+    ``0`` .. ``999`` named by ImageNet-1k index, as in the released tars
+    ``imagenetv2-{matched-frequency,threshold0.7,top-images}-format-val``; ``root`` may also be
+    the folder holding that tar's top folder. Ids ``<index>/<file>``.
+    """
+    if variant not in IMAGENETV2_VARIANTS:
+        raise ConfigError(did_you_mean("ImageNetV2 variant", variant, IMAGENETV2_VARIANTS))
+    root = Path(root)
+    name = name or f"imagenetv2-{variant}"
+    released = root / f"imagenetv2-{variant}-format-val"
+    if released.is_dir():
+        root = released
+    expected = f"{root}/<class index 0..999>/*.jpeg (1000 folders, the released imagenetv2-{variant}-format-val)"
+    found, skipped = _class_folders(root, name, expected, {str(i): i for i in range(1000)}, strict, "class-index")
+    ex = scan_class_folders(root, found)
+    return file_dataset(name, root, ex, label_space=IMAGENET, num_classes=1000, class_names=list(cm.imagenet_names()),
+                        skipped=skipped, expected=expected)
+
+
+# --------------------------------------------------------------------------- ImageNet-A/R/Sketch
+_WNID_SETS = {
+    "imagenet-a": ("*.jpg", lambda: [cm.imagenet_wnids()[i] for i in cm.imagenet_a_indices()]),
+    "imagenet-r": ("*.jpg", lambda: [cm.imagenet_wnids()[i] for i in cm.imagenet_r_indices()]),
+    "imagenet-sketch": ("*.JPEG", lambda: list(cm.imagenet_wnids())),
+}
+
+
+def wnid_folder(root: Path | str, name: str, strict: bool = True) -> FileDataset:
+    """A ``root/<wnid>/*`` dataset with ImageNet-1k targets.
+
+    ``name`` selects the expected folders: ``imagenet-a`` (200 wnids; Hendrycks et al. 2021),
+    ``imagenet-r`` (200 wnids; Hendrycks et al. 2021) or ``imagenet-sketch`` (1000 wnids; Wang
+    et al. 2019; the download's ``sketch/`` folder is entered if present); any other name
+    accepts whichever wnid folders exist. Ids ``<wnid>/<file>``.
+    """
+    root = Path(root)
+    if name == "imagenet-sketch" and (root / "sketch").is_dir():
+        root = root / "sketch"
+    if name not in _WNID_SETS:  # any subset of the 1000 wnid folders
+        expected = f"{root}/<wnid>/* (ImageNet wnid folders)"
+        return _wnid_dataset(root, name, expected, _wnid_targets(), False, "ImageNet wnid")
+    pattern, wnids = _WNID_SETS[name]
+    wanted = wnids()
+    expected = f"{root}/<wnid>/{pattern} ({len(wanted)} wnid folders)"
+    return _wnid_dataset(root, name, expected, _wnid_targets(wanted), strict, f"{name} wnid")
+
+
+# --------------------------------------------------------------------------- ObjectNet
+def objectnet(root: Path | str, name: str = "objectnet", crop: int = 2, strict: bool = True) -> FileDataset:
+    """ObjectNet 1.0 (Barbu et al. 2019): ``root/images/<folder>/*.png`` (or the folders directly
+    under ``root``).
+
+    Only the folders of the 113 classes that overlap ImageNet are kept (the other 200 are not
+    scored in the ImageNet protocol and are left out by design); targets are ``objectnet-113``
+    indices (:func:`~shiftbench.datasets.classmaps.objectnet_classes`), ids
+    ``<folder>/<file>``. ``crop=2`` removes the 2 px red border of every image at load time.
+    """
+    root = Path(root)
+    if (root / "images").is_dir():
+        root = root / "images"
+    expected = f"{root}/<folder>/*.png (ObjectNet 1.0 images/: the 113 folders of classes overlapping ImageNet)"
+    wanted = dict(cm.objectnet_folder_to_index())
+    require_dir(root, name, expected)
+    present = set(subdirs(root))
+    all_folders = set(cm.objectnet_folder_to_class())
+    if strict:
+        for folder in wanted:
+            if folder not in present:
+                n = sum(f not in present for f in wanted)
+                raise LayoutError(name, expected, root / folder,
+                                  f"{n} of 113 folders absent (strict=False accepts a partial copy)")
+    found = {f: t for f, t in wanted.items() if f in present}
+    if not found:
+        raise LayoutError(name, expected, root / next(iter(wanted)), f"no ObjectNet class folder in {root}")
+    skipped = [(f, "folder is not an ObjectNet class folder") for f in sorted(present - all_folders)]
+    ex = scan_class_folders(root, found)
+    return file_dataset(name, root, ex, label_space="objectnet-113", num_classes=113,
+                        class_names=list(cm.objectnet_classes()), crop=crop,
+                        skipped=skipped + _stray_images(root, present), expected=expected)
+
+
+# --------------------------------------------------------------------------- ImageNet-C
+def imagenet_c_on_disk(root: Path | str, corruption: str, severity: int, name: str = "imagenet-c",
+                       strict: bool = True) -> FileDataset:
+    """ImageNet-C as released (Hendrycks & Dietterich 2019): ``root/<corruption>/<severity>/<wnid>/*.JPEG``,
+    one of the 19 corruptions (:data:`IMAGENET_C_CORRUPTIONS`) at severity 1..5. The dataset is
+    named ``imagenet-c.<corruption>.<severity>``; ids ``<wnid>/<file>`` as in ImageNet val.
+    """
+    if corruption not in IMAGENET_C_CORRUPTIONS:
+        raise ConfigError(did_you_mean("ImageNet-C corruption", str(corruption), IMAGENET_C_CORRUPTIONS))
+    try:
+        sev = int(severity)
+    except (TypeError, ValueError):
+        sev = -1
+    if str(sev) != str(severity).strip() or not 1 <= sev <= 5:
+        raise ConfigError(f"ImageNet-C severity must be an integer 1..5, got {severity!r}")
+    base = Path(root)
+    root = base / corruption / str(sev)
+    full = f"{name}.{corruption}.{sev}"
+    expected = f"{root}/<wnid>/*.JPEG (ImageNet-C <corruption>/<severity>/<wnid>, 1000 wnid folders)"
+    if not root.is_dir():
+        first = next((p for p in (base, base / corruption, root) if not p.is_dir()), root)
+        raise LayoutError(full, expected, first)
+    return _wnid_dataset(root, full, expected, _wnid_targets(), strict, "ImageNet wnid")
+
+
+# --------------------------------------------------------------------------- registration
+_reg = register_dataset
+_reg("imagenet-val", default_dir="imagenet/val", alt_dirs=("imagenet-val", "val"), label_space=IMAGENET,
+     layout="<wnid>/*.JPEG (1000 folders), or *.JPEG + LOC_val_solution.csv|labels.csv|val_labels.csv")(imagenet_val)
+for _v in IMAGENETV2_VARIANTS:
+    _reg(f"imagenetv2-{_v}", default_dir=f"imagenetv2-{_v}-format-val", alt_dirs=(f"imagenetv2-{_v}",),
+         label_space=IMAGENET, layout="<class index 0..999>/*.jpeg (1000 folders)")(
+        partial(imagenetv2, variant=_v, name=f"imagenetv2-{_v}"))
+_reg("imagenet-a", default_dir="imagenet-a", label_space=IMAGENET,
+     layout="<wnid>/*.jpg (200 wnid folders)")(partial(wnid_folder, name="imagenet-a"))
+_reg("imagenet-r", default_dir="imagenet-r", label_space=IMAGENET,
+     layout="<wnid>/*.jpg (200 wnid folders)")(partial(wnid_folder, name="imagenet-r"))
+_reg("imagenet-sketch", default_dir="imagenet-sketch", alt_dirs=("sketch",), label_space=IMAGENET,
+     layout="[sketch/]<wnid>/*.JPEG (1000 wnid folders)")(partial(wnid_folder, name="imagenet-sketch"))
+_reg("objectnet", default_dir="objectnet-1.0", alt_dirs=("objectnet",), label_space="objectnet-113",
+     layout="images/<folder>/*.png (113 folders overlapping ImageNet kept; 2 px border cropped)")(objectnet)
+_reg("imagenet-c", default_dir="imagenet-c", required=("corruption", "severity"), label_space=IMAGENET,
+     layout="<corruption>/<severity 1..5>/<wnid>/*.JPEG (1000 wnid folders)")(imagenet_c_on_disk)
+
+
+@register_dataset("folder", default_dir=None, label_space="custom:<name>", layout="<dir>/<class>/<image>")
+def _folder(path: Path | str, **kwargs) -> FileDataset:
+    return image_folder(path, **kwargs)

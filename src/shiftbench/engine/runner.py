@@ -1,0 +1,428 @@
+"""The runner: one forward pass per (model, dataset), every requested view from that pass.
+
+For each dataset the requested settings need, the runner streams the examples through
+DataLoader workers (decode, resize, crop: once per image), runs the model under
+``torch.inference_mode`` in channels-last layout, and hands each chunk's logits to every
+setting's view. Work is organised in fixed chunks of the dataset (``chunk_size`` examples):
+each finished chunk is written to the store as one Parquet part per setting, so a run killed
+at any moment resumes at the first unfinished chunk, and a finished setting is never
+recomputed unless ``force=True``.
+
+Images that cannot be decoded are not dropped: they are stored as ``skipped`` rows with the
+reason, counted in ``n_skipped`` and listed in the result.
+"""
+from __future__ import annotations
+
+import math
+import platform
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+import shiftbench
+from shiftbench.datasets.base import ImageDataset, ImageDecodeError
+from shiftbench.errors import ConfigError
+from shiftbench.models.base import LoadedModel
+from shiftbench.settings import Setting, check_convention, get_setting
+from shiftbench.store.store import DEFAULT_STORE, Store, digest
+
+VERSION_KEY = ".".join(shiftbench.__version__.split(".")[:2])
+RESULT_KEYS = ["model", "setting", "accuracy", "top5", "n_examples", "n_skipped"]
+ProgressFn = Callable[[str, int, int], None]
+
+
+# ---------------------------------------------------------------------------- decoding
+class _Decoded:
+    """torch Dataset view of an ImageDataset: (tensor in [0, 1], index, error or '')."""
+
+    def __init__(self, dataset: ImageDataset, transform: Callable, size: int) -> None:
+        self.dataset, self.transform, self.size = dataset, transform, size
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, i: int):
+        import torch
+
+        try:
+            return self.transform(self.dataset.load(i)), i, ""
+        except ImageDecodeError as exc:
+            return torch.zeros(3, self.size, self.size), i, exc.reason
+
+
+class _ChunkBatches:
+    """Batch sampler: batches of ``batch_size`` indices that never cross a chunk boundary."""
+
+    def __init__(self, chunks: Sequence[int], chunk_size: int, n: int, batch_size: int) -> None:
+        self.chunks, self.chunk_size, self.n, self.batch_size = list(chunks), chunk_size, n, batch_size
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for c in self.chunks:
+            stop = min(self.n, (c + 1) * self.chunk_size)
+            for start in range(c * self.chunk_size, stop, self.batch_size):
+                yield list(range(start, min(stop, start + self.batch_size)))
+
+    def __len__(self) -> int:
+        return sum(math.ceil((min(self.n, (c + 1) * self.chunk_size) - c * self.chunk_size) / self.batch_size)
+                   for c in self.chunks)
+
+
+# ---------------------------------------------------------------------------- one pass
+@dataclass
+class _Job:
+    setting: Setting
+    view: Any
+    key: str
+    keep: np.ndarray
+
+
+def _targets_column(targets: Sequence[Any]) -> pa.Array:
+    return pa.array([[int(t)] if np.isscalar(t) else [int(v) for v in t] for t in targets],
+                    type=pa.list_(pa.int32()))
+
+
+def _part_table(job: _Job, dataset: ImageDataset, idx: np.ndarray, logits: np.ndarray,
+                errors: Sequence[str]) -> pa.Table:
+    """Per-example rows of one chunk for one setting (kept examples only)."""
+    keep = job.keep[idx]
+    idx, logits = idx[keep], logits[keep]
+    errors = [e for e, k in zip(errors, keep) if k]
+    ok = np.array([not e for e in errors], dtype=bool)
+    targets = [dataset.targets[i] for i in idx]
+    n = len(idx)
+    cols: dict[str, Any] = {
+        "pred": np.full(n, -1, np.int32), "top5": np.full((n, 5), -1, np.int32),
+        "correct": np.zeros(n, bool), "correct5": np.zeros(n, bool),
+        "confidence": np.full(n, np.nan, np.float32), "p_true": np.full(n, np.nan, np.float32),
+        "p_sq_sum": np.full(n, np.nan, np.float32),
+    }
+    if ok.any():
+        out = job.view.apply(logits[ok], [t for t, o in zip(targets, ok) if o])
+        for name in cols:
+            cols[name][ok] = np.asarray(out[name])
+    return pa.table({
+        "index": pa.array(idx, pa.int64()),
+        "id": pa.array([dataset.ids[i] for i in idx], pa.string()),
+        "target": _targets_column(targets),
+        "group": pa.array([dataset.groups[i] for i in idx] if dataset.groups else [None] * n, pa.string()),
+        "offset": pa.array([dataset.offsets[i] for i in idx] if dataset.offsets else [None] * n, pa.int32()),
+        "status": pa.array(["ok" if o else "skipped" for o in ok], pa.string()),
+        "error": pa.array([e or None for e in errors], pa.string()),
+        "pred": pa.array(cols["pred"]),
+        "top5": pa.array(list(cols["top5"]), pa.list_(pa.int32())),
+        "correct": pa.array(cols["correct"]), "correct5": pa.array(cols["correct5"]),
+        "confidence": pa.array(cols["confidence"]), "p_true": pa.array(cols["p_true"]),
+        "p_sq_sum": pa.array(cols["p_sq_sum"]),
+    })
+
+
+def summarise(frame: pd.DataFrame, setting: Setting) -> dict[str, Any]:
+    """Accuracy, top-5, counts and calibration of one key's per-example rows."""
+    from shiftbench.views import calibration, pm_k
+
+    ok = frame[frame["status"] == "ok"]
+    skipped = frame[frame["status"] != "ok"]
+    out: dict[str, Any] = {"n_skipped": int(len(skipped)),
+                           "skipped_files": [f"{i}: {e}" for i, e in zip(skipped["id"][:100], skipped["error"][:100])]}
+    if setting.pm_k is not None:
+        groups, offsets = ok["group"].to_numpy(), ok["offset"].to_numpy()
+        acc, n_anchors = pm_k(ok["correct"].to_numpy(), groups, offsets, setting.pm_k)
+        top5, _ = pm_k(ok["correct5"].to_numpy(), groups, offsets, setting.pm_k)
+        out.update(accuracy=float(acc), top5=float(top5), n_examples=int(n_anchors), n_frames=int(len(ok)))
+    else:
+        n = len(ok)
+        out.update(accuracy=float(100 * ok["correct"].mean()) if n else float("nan"),
+                   top5=float(100 * ok["correct5"].mean()) if n else float("nan"), n_examples=int(n))
+    if len(ok):
+        cal = calibration(ok["confidence"].to_numpy(), ok["correct"].to_numpy(),
+                          ok["p_true"].to_numpy(), ok["p_sq_sum"].to_numpy())
+        out.update(ece=float(cal["ece"]), nll=float(cal["nll"]), brier=float(cal["brier"]))
+    return out
+
+
+class Pass:
+    """One forward pass of a model over a dataset, serving several settings."""
+
+    def __init__(self, model: LoadedModel, dataset: ImageDataset, settings: Sequence[Setting], store: Store, *,
+                 convention: str = "restricted", chunk_size: int = 1024, keep_logits: bool = False,
+                 force: bool = False) -> None:
+        self.model, self.dataset, self.store = model, dataset, store
+        self.chunk_size, self.keep_logits = chunk_size, keep_logits
+        self.n_chunks = math.ceil(len(dataset) / chunk_size) if len(dataset) else 0
+        self.pass_key = digest({
+            "model": model.name, "weights": model.fingerprint, "preprocessing": model.preprocessing.to_dict(),
+            "dataset": dataset.name, "examples": digest(dataset.ids), "n": len(dataset), "shift": None,
+            "chunk_size": chunk_size, "version": VERSION_KEY})
+        self.jobs: list[_Job] = []
+        for s in settings:
+            conv = convention if s.uses_convention else "full"
+            view = s.view(convention)
+            key = digest({"pass": self.pass_key, "setting": s.name, "view": getattr(view, "name", ""),
+                          "convention": conv, "pm_k": s.pm_k})
+            store.register(key, {"model": model.name, "spec": model.spec, "weights": model.fingerprint,
+                                 "setting": s.name, "dataset": dataset.name, "convention": conv,
+                                 "preprocessing": model.preprocessing.to_dict(), "pass": self.pass_key,
+                                 "n_examples_in_dataset": len(dataset), "version": shiftbench.__version__})
+            if force:
+                store.forget(key)
+            self.jobs.append(_Job(s, view, key, np.asarray(view.keep(dataset.targets), dtype=bool)))
+        self.conventions = {j.key: (convention if j.setting.uses_convention else "full") for j in self.jobs}
+
+    def todo_chunks(self) -> list[int]:
+        """Chunks some unfinished setting still lacks, in order."""
+        pending = [j for j in self.jobs if not self.store.is_done(j.key)]
+        have = {j.key: self.store.parts(j.key) for j in pending}
+        return [c for c in range(self.n_chunks) if any(c not in have[j.key] for j in pending)]
+
+    def _write_chunk(self, chunk: int, idx: np.ndarray, logits: np.ndarray, errors: Sequence[str]) -> None:
+        for job in self.jobs:
+            if not self.store.is_done(job.key) and chunk not in self.store.parts(job.key):
+                self.store.write_part(job.key, chunk, _part_table(job, self.dataset, idx, logits, errors))
+        if self.keep_logits and not self.store.has_logits(self.pass_key, chunk):
+            half = logits.astype(np.float16)
+            self.store.write_logits(self.pass_key, chunk, pa.table({
+                "index": pa.array(idx, pa.int64()), "error": pa.array([e or None for e in errors], pa.string()),
+                "logits": pa.FixedSizeListArray.from_arrays(pa.array(half.ravel(), pa.float16()), half.shape[1])}))
+
+    def _from_stored_logits(self, chunk: int) -> bool:
+        if not self.store.has_logits(self.pass_key, chunk):
+            return False
+        table = self.store.read_logits(self.pass_key, chunk)
+        width = table.schema.field("logits").type.list_size
+        logits = table.column("logits").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+        logits = logits.reshape(-1, width).astype(np.float32)
+        errors = [e or "" for e in table.column("error").to_pylist()]
+        self._write_chunk(chunk, table.column("index").to_numpy(), logits, errors)
+        return True
+
+    def run(self, *, device: str, batch_size: int, workers: int, on_images: Callable[[int], None]) -> None:
+        import torch
+
+        chunks = [c for c in self.todo_chunks() if not self._from_stored_logits(c)]
+        if not chunks:
+            return
+        pre = self.model.preprocessing
+        loader = torch.utils.data.DataLoader(
+            _Decoded(self.dataset, pre.transform(), pre.input_size),
+            batch_sampler=_ChunkBatches(chunks, self.chunk_size, len(self.dataset), batch_size),
+            num_workers=workers, persistent_workers=False, pin_memory=device.startswith("cuda"),
+            prefetch_factor=4 if workers else None)
+        module = self.model.module
+        current, buf_idx, buf_logits, buf_err = None, [], [], []
+        expected = expected_width(self.dataset)
+        with torch.inference_mode():
+            for x, idx, err in loader:
+                chunk = int(idx[0]) // self.chunk_size
+                if current is not None and chunk != current:
+                    self._write_chunk(current, np.concatenate(buf_idx), np.concatenate(buf_logits), sum(buf_err, []))
+                    buf_idx, buf_logits, buf_err = [], [], []
+                current = chunk
+                x = x.to(device, non_blocking=True).contiguous(memory_format=torch.channels_last)
+                out = module(x).float()
+                logits = out.cpu().numpy()
+                _check_logits(logits, self.model, err, expected)
+                buf_idx.append(idx.numpy())
+                buf_logits.append(logits)
+                buf_err.append(list(err))
+                on_images(len(idx))
+        if current is not None:
+            self._write_chunk(current, np.concatenate(buf_idx), np.concatenate(buf_logits), sum(buf_err, []))
+
+    def finish(self) -> list[dict[str, Any]]:
+        """Summarise and mark done every setting whose chunks are all present."""
+        rows = []
+        for job in self.jobs:
+            if not self.store.is_done(job.key):
+                if len(self.store.parts(job.key) & set(range(self.n_chunks))) < self.n_chunks:
+                    continue
+                frame = self.store.read_predictions(job.key)
+                summary = summarise(frame, job.setting)
+                summary.update(model=self.model.name, setting=job.setting.name, dataset=self.dataset.name,
+                               convention=self.conventions[job.key], spec=self.model.spec,
+                               model_type=self.model.metadata.get("model_type", "UNKNOWN"),
+                               arch=self.model.metadata.get("arch"), tags=list(self.model.metadata.get("tags", ())),
+                               preprocessing=self.model.preprocessing.to_dict(), weights=self.model.fingerprint,
+                               version=shiftbench.__version__)
+                self.store.finish(job.key, summary)
+            rows.append(self.store._read_json(self.store.root / "done" / f"{job.key}.json"))
+        return rows
+
+
+#: Label spaces whose views read ImageNet-1k logits (subsets, ObjectNet mapping, superclasses).
+IMAGENET_FAMILY = {"imagenet-1k", "objectnet-113", "imagenet-vid-robust-30", "ytbb-robust-24"}
+
+
+def expected_width(dataset: ImageDataset) -> int:
+    """The model output width a dataset needs: 1000 for the ImageNet family, else its classes."""
+    return 1000 if dataset.label_space in IMAGENET_FAMILY else dataset.num_classes
+
+
+def _check_logits(logits: np.ndarray, model: LoadedModel, errors: Sequence[str], expected: int) -> None:
+    from shiftbench.models import check_logits
+
+    good = np.array([not e for e in errors], dtype=bool)
+    if good.any():
+        check_logits(logits[good], model.name, expected)
+
+
+# ---------------------------------------------------------------------------- public API
+def default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def evaluate(
+    model: str | LoadedModel,
+    settings: str | Sequence[str],
+    *,
+    data_root: str | Path = ".",
+    data_dirs: Mapping[str, str | Path] | None = None,
+    store: str | Path | Store = DEFAULT_STORE,
+    batch_size: int = 64,
+    workers: int = 1,
+    limit: int | None = None,
+    keep_logits: bool = False,
+    force: bool = False,
+    device: str | None = None,
+    convention: str = "restricted",
+    chunk_size: int = 1024,
+    model_type: str | None = None,
+    progress: bool | ProgressFn = True,
+) -> pd.DataFrame:
+    """Evaluate ``model`` on ``settings`` and return one row per setting.
+
+    Parameters
+    ----------
+    model:
+        A model spec (``torchvision:resnet50``, ``timm:resnet50.a1_in1k``,
+        ``checkpoint:<file>``, ``python:<module>:<function>``; see :mod:`shiftbench.models`)
+        or a :class:`~shiftbench.models.base.LoadedModel`.
+    settings:
+        Setting names (``shiftbench list settings``) or custom ``folder:``/``manifest:``/``hf:``.
+    data_root, data_dirs:
+        Where datasets live: each dataset under its default folder in ``data_root``, or at the
+        path given for its name in ``data_dirs``.
+    store:
+        Results store directory; finished (model, setting) keys are reused unless ``force``.
+    limit:
+        Evaluate only the first ``limit`` examples of each dataset (a quick look; a different
+        example list, so it is stored under its own key).
+    keep_logits:
+        Also store float16 logits, so later views need no new forward pass.
+    convention:
+        Class-subset scoring: ``restricted`` (published protocol) or ``argmax-all``.
+
+    Returns
+    -------
+    DataFrame with ``model, setting, accuracy, top5, n_examples, n_skipped`` (accuracies in
+    percent) plus ``convention``, calibration (``ece``, ``nll``, ``brier``) and ``skipped_files``.
+    """
+    from shiftbench.datasets import load_dataset
+    from shiftbench.models import load_model
+
+    check_convention(convention)
+    if batch_size < 1 or chunk_size < 1:
+        raise ConfigError(f"batch_size={batch_size} and chunk_size={chunk_size} must be at least 1")
+    if limit is not None and limit < 1:
+        raise ConfigError(f"limit={limit} must be at least 1")
+    names = [settings] if isinstance(settings, str) else list(settings)
+    resolved = [get_setting(s) for s in names]
+    st = store if isinstance(store, Store) else Store(store)
+    device = device or default_device()
+    loaded = model if isinstance(model, LoadedModel) else load_model(model, model_type=model_type)
+    loaded.module.to(device).eval()
+    try:
+        import torch
+
+        loaded.module.to(memory_format=torch.channels_last)
+    except Exception:  # noqa: BLE001 - channels-last is an optimisation only
+        pass
+
+    groups: dict[Any, list[Setting]] = defaultdict(list)
+    for s in resolved:
+        groups[s.dataset_key].append(s)
+    passes = []
+    for (dataset_name, args), group in groups.items():
+        ds = load_dataset(dataset_name, data_root, overrides=data_dirs, **dict(args))
+        if limit is not None and limit < len(ds):
+            ds = ds.subset(range(limit))
+        passes.append(Pass(loaded, ds, group, st, convention=convention, chunk_size=chunk_size,
+                           keep_logits=keep_logits, force=force))
+
+    run_meta = {"model": loaded.name, "spec": loaded.spec, "settings": names, "device": device,
+                "shiftbench": shiftbench.__version__, "torch": _torch_version(), "python": platform.python_version(),
+                "preprocessing": loaded.preprocessing.to_dict(), "batch_size": batch_size, "workers": workers,
+                "limit": limit, "started": time.time()}
+    total = sum(len(p.todo_chunks()) for p in passes)
+    rows: list[dict[str, Any]] = []
+    with _progress(progress, loaded.name) as tick:
+        for p in passes:
+            todo = p.todo_chunks()
+            n_images = sum(min(len(p.dataset), (c + 1) * p.chunk_size) - c * p.chunk_size for c in todo)
+            tick(f"{loaded.name} on {p.dataset.name}", 0, n_images)
+            p.run(device=device, batch_size=batch_size, workers=workers,
+                  on_images=lambda k, name=p.dataset.name: tick(None, k, None))
+            rows += p.finish()
+    run_meta.update(finished=time.time(), chunks=total)
+    st.record_run(run_meta)
+    frame = pd.DataFrame(rows)
+    order = {n: i for i, n in enumerate(s.name for s in resolved)}
+    frame = frame.sort_values("setting", key=lambda c: c.map(order)).reset_index(drop=True)
+    return frame[RESULT_KEYS + [c for c in frame.columns if c not in RESULT_KEYS]]
+
+
+def _torch_version() -> str:
+    import torch
+
+    return torch.__version__
+
+
+class _progress:
+    """Context manager giving ``tick(description, advance, total)``: a rich progress bar with
+    images/s and ETA, a user callback, or nothing."""
+
+    def __init__(self, progress: bool | ProgressFn, label: str) -> None:
+        self.progress, self.label = progress, label
+        self._bar = None
+        self._task = None
+
+    def __enter__(self) -> Callable[[str | None, int, int | None], None]:
+        if callable(self.progress):
+            fn = self.progress
+            return lambda desc, k, total: fn(desc or "", k, total or 0)
+        if not self.progress:
+            return lambda desc, k, total: None
+        from rich.console import Console
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn,
+                                   TimeRemainingColumn)
+
+        class _Rate(TextColumn):
+            def render(self, task):  # images/s
+                from rich.text import Text
+
+                speed = task.finished_speed or task.speed
+                return Text(f"{speed:,.1f} img/s" if speed else "… img/s")
+
+        self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                             TaskProgressColumn(), _Rate(""), TimeRemainingColumn(),
+                             console=Console(stderr=True), transient=False)
+        self._bar.__enter__()
+
+        def tick(desc: str | None, k: int, total: int | None) -> None:
+            if desc is not None:
+                self._task = self._bar.add_task(desc, total=total)
+            elif self._task is not None:
+                self._bar.advance(self._task, k)
+        return tick
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.__exit__(*exc)

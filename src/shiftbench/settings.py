@@ -1,0 +1,164 @@
+"""Named evaluation settings = a dataset x a view (x an aggregation), with the reference names.
+
+The names are those of the published testbed (``imagenet-reference``), so results from
+``shiftbench eval`` merge cell for cell with it: ``val``, ``val-on-imagenet-a-classes``,
+``imagenetv2-matched-frequency-format-val``, ``objectnet-1.0-beta``, ``imagenet-a``,
+``imagenet-vid-robust_pm10``, ``imagenet-c.fog.3_on-disk``, ... plus ``cifar10``,
+``cifar10.1`` and ``cifar10.2``. Settings on the same dataset share one forward pass: ``val``
+and the five ``val-on-*-classes`` settings decode every validation image once.
+
+Class-subset settings score by the published protocol (logits restricted to the subset) by
+default; ``convention="argmax-all"`` scores by argmax over all classes (stricter). The
+convention is stored beside every number.
+
+Custom data: ``folder:<dir>``, ``manifest:<file.csv|parquet>`` and ``hf:<saved dataset dir>``
+are settings too (full label space, top-1/top-5).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from shiftbench.errors import ConfigError, did_you_mean
+
+CONVENTIONS = ("restricted", "argmax-all")
+CORRUPTIONS = (
+    "gaussian_noise", "shot_noise", "impulse_noise", "defocus_blur", "glass_blur", "motion_blur", "zoom_blur",
+    "snow", "frost", "fog", "brightness", "contrast", "elastic_transform", "pixelate", "jpeg_compression",
+    "speckle_noise", "gaussian_blur", "spatter", "saturate",
+)
+CUSTOM_PREFIXES = ("folder", "manifest", "hf")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One evaluation setting.
+
+    ``dataset`` names a registered dataset (``dataset_args`` are passed to its builder);
+    ``view`` builds the :class:`~shiftbench.views.base.View` for a subset convention;
+    ``pm_k`` makes the accuracy the pm-k accuracy over the dataset's pm-sets.
+    """
+
+    name: str
+    dataset: str
+    view: Callable[[str], Any]
+    description: str
+    dataset_args: tuple[tuple[str, Any], ...] = ()
+    pm_k: int | None = None
+    uses_convention: bool = False
+
+    @property
+    def dataset_key(self) -> tuple[str, tuple[tuple[str, Any], ...]]:
+        """Settings with the same dataset key share one forward pass."""
+        return (self.dataset, self.dataset_args)
+
+
+_SETTINGS: dict[str, Setting] = {}
+
+
+def register_setting(setting: Setting) -> Setting:
+    _SETTINGS[setting.name] = setting
+    return setting
+
+
+def _full(_: str):
+    from shiftbench.views import FullView
+
+    return FullView()
+
+
+def _subset(which: str):
+    def build(convention: str):
+        from shiftbench.views import imagenet_a_view, imagenet_r_view
+
+        return (imagenet_a_view if which == "a" else imagenet_r_view)(convention)
+    return build
+
+
+def _objectnet(in_source: bool):
+    def build(convention: str):
+        from shiftbench.views import objectnet_view
+
+        return objectnet_view(convention, targets_in_source_space=in_source)
+    return build
+
+
+def _video(which: str, in_source: bool):
+    def build(_: str):
+        from shiftbench.views import video_view
+
+        return video_view(which, targets_in_source_space=in_source)
+    return build
+
+
+def _register_defaults() -> None:
+    reg = register_setting
+    reg(Setting("val", "imagenet-val", _full, "ImageNet validation, 1000 classes"))
+    for short, name in (("a", "imagenet-a"), ("r", "imagenet-r")):
+        reg(Setting(f"val-on-{name}-classes", "imagenet-val", _subset(short),
+                    f"ImageNet validation restricted to the 200 {name} classes", uses_convention=True))
+        reg(Setting(name, name, _subset(short), f"{name} (200 classes)", uses_convention=True))
+    reg(Setting("val-on-objectnet-classes", "imagenet-val", _objectnet(True),
+                "ImageNet validation on the 125 ImageNet classes that map to ObjectNet's 113", uses_convention=True))
+    reg(Setting("objectnet-1.0-beta", "objectnet", _objectnet(False),
+                "ObjectNet 1.0, 113 classes overlapping ImageNet, 2 px border crop", uses_convention=True))
+    reg(Setting("imagenet-sketch", "imagenet-sketch", _full, "ImageNet-Sketch, 1000 classes"))
+    for variant, setting in (("matched-frequency", "imagenetv2-matched-frequency-format-val"),
+                             ("threshold0.7", "imagenetv2-threshold-0.7-format-val"),
+                             ("top-images", "imagenetv2-top-images-format-val")):
+        reg(Setting(setting, f"imagenetv2-{variant}", _full, f"ImageNetV2 {variant}, 10,000 images"))
+    for which, short in (("imagenet-vid-robust", "vid-robust"), ("ytbb-robust", "ytbb-robust")):
+        reg(Setting(f"val-on-{short}-classes", "imagenet-val", _video(which, True),
+                    f"ImageNet validation on the classes of {which}'s superclasses (superclass projection)"))
+        for k in (0, 10):
+            reg(Setting(f"{which}_pm{k}", which, _video(which, False),
+                        f"{which}: pm-{k} accuracy over its pm-sets (superclass projection)", pm_k=k))
+    for corruption in CORRUPTIONS:
+        for severity in range(1, 6):
+            reg(Setting(f"imagenet-c.{corruption}.{severity}_on-disk", "imagenet-c", _full,
+                        f"ImageNet-C {corruption} severity {severity}, from disk",
+                        dataset_args=(("corruption", corruption), ("severity", severity))))
+    for name in ("cifar10", "cifar10.1", "cifar10.2"):
+        reg(Setting(name, name, _full, f"{name.upper()} test set, 10 classes"))
+
+
+_register_defaults()
+
+
+def pm_setting(which: str, k: int) -> Setting:
+    """``<which>_pm<k>`` for any k >= 0 (pm-0 and pm-10 are registered)."""
+    short = "imagenet-vid-robust" if which.startswith("imagenet-vid") else "ytbb-robust"
+    return Setting(f"{short}_pm{k}", short, _video(short, False), f"{short}: pm-{k} accuracy", pm_k=k)
+
+
+def custom_setting(name: str) -> Setting:
+    """A setting over user data: ``folder:<dir>``, ``manifest:<file>`` or ``hf:<dir>``."""
+    prefix, _, path = name.partition(":")
+    if prefix not in CUSTOM_PREFIXES or not path:
+        raise ConfigError(f"custom setting {name!r}: use folder:<dir>, manifest:<file.csv|parquet> or hf:<dir>")
+    return Setting(name, prefix, _full, f"user data ({prefix}) at {path}", dataset_args=(("path", path),))
+
+
+def get_setting(name: str) -> Setting:
+    """The registered setting ``name`` (or a pm-k / custom one), else ConfigError with the closest names."""
+    if name in _SETTINGS:
+        return _SETTINGS[name]
+    head, _, tail = name.partition("_pm")
+    if head in ("imagenet-vid-robust", "ytbb-robust") and tail.isdigit():
+        return pm_setting(head, int(tail))
+    if name.partition(":")[0] in CUSTOM_PREFIXES:
+        return custom_setting(name)
+    raise ConfigError(did_you_mean("setting", name, list(_SETTINGS),
+                                   "`shiftbench list settings` shows them all"))
+
+
+def list_settings() -> dict[str, str]:
+    """Registered setting names and descriptions."""
+    return {name: s.description for name, s in _SETTINGS.items()}
+
+
+def check_convention(convention: str) -> str:
+    if convention not in CONVENTIONS:
+        raise ConfigError(did_you_mean("subset convention", convention, CONVENTIONS))
+    return convention

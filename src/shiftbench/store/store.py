@@ -1,0 +1,212 @@
+"""The results store: append-only Parquet parts, a catalog of finished keys, DuckDB on top.
+
+Layout of a store directory (default ``./shiftbench-results``)::
+
+    keys/<key>.json                       what determines the key (model, weights, preprocessing,
+                                          dataset and its example ids, setting, view, version)
+    predictions/key=<key>/part-<c>.parquet  per-example rows of chunk ``c`` of the dataset
+    logits/pass=<pass>/part-<c>.parquet   float16 logits of a forward pass (``--keep-logits``)
+    done/<key>.json                       the finished result: accuracy, top-5, counts, skipped
+    runs/<run>.json                       run metadata (versions, device, preprocessing, time)
+    shiftbench.duckdb                     views over all of the above, for SQL
+
+Every file is written to a temporary name in the same directory, fsynced and atomically
+renamed (DESIGN principle 4). A chunk's part has a deterministic name, so a resumed or a
+concurrent run that recomputes it replaces identical content: a key ends with exactly the
+rows of an uninterrupted run, never duplicates, and a crash leaves at most an ignored
+``*.tmp`` file. DuckDB is only written when the database file is first created (under a file
+lock); every later connection is read-only, so any number of runs can share a store.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import tempfile
+import time
+from collections.abc import Iterable, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from shiftbench.errors import StoreError
+
+DEFAULT_STORE = "shiftbench-results"
+DB_NAME = "shiftbench.duckdb"
+RESULT_COLUMNS = ["model", "setting", "accuracy", "top5", "n_examples", "n_skipped", "convention",
+                  "ece", "nll", "brier", "dataset", "key", "finished"]
+
+
+def digest(obj: Any, n: int = 16) -> str:
+    """Stable short hash of a JSON-serialisable object."""
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:n]
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _atomic_write_parquet(path: Path, table: pa.Table) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        pq.write_table(table, tmp, compression="zstd")
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class Store:
+    """A results store rooted at a directory (created on first use)."""
+
+    def __init__(self, root: str | Path = DEFAULT_STORE) -> None:
+        self.root = Path(root)
+        if self.root.exists() and not self.root.is_dir():
+            raise StoreError(f"{self.root}: is a file, not a results store directory; pass --store DIR")
+
+    # ------------------------------------------------------------------ paths
+    def _key_dir(self, key: str) -> Path:
+        return self.root / "predictions" / f"key={key}"
+
+    def _part(self, key: str, chunk: int) -> Path:
+        return self._key_dir(key) / f"part-{chunk:06d}.parquet"
+
+    def _logits_part(self, pass_key: str, chunk: int) -> Path:
+        return self.root / "logits" / f"pass={pass_key}" / f"part-{chunk:06d}.parquet"
+
+    # ------------------------------------------------------------------ keys
+    def register(self, key: str, meta: Mapping[str, Any]) -> None:
+        """Record what determines ``key`` (idempotent)."""
+        path = self.root / "keys" / f"{key}.json"
+        if not path.exists():
+            _atomic_write_bytes(path, json.dumps(dict(meta), sort_keys=True, default=str, indent=1).encode())
+
+    def key_meta(self, key: str) -> dict[str, Any]:
+        return self._read_json(self.root / "keys" / f"{key}.json")
+
+    def is_done(self, key: str) -> bool:
+        return (self.root / "done" / f"{key}.json").exists()
+
+    def parts(self, key: str) -> set[int]:
+        """Chunks of ``key`` already written."""
+        d = self._key_dir(key)
+        if not d.exists():
+            return set()
+        return {int(p.stem.split("-")[1]) for p in d.glob("part-*.parquet")}
+
+    def write_part(self, key: str, chunk: int, table: pa.Table) -> None:
+        _atomic_write_parquet(self._part(key, chunk), table)
+
+    def read_predictions(self, key: str) -> pd.DataFrame:
+        """All per-example rows of ``key``, in dataset order."""
+        files = sorted(self._key_dir(key).glob("part-*.parquet"))
+        if not files:
+            return pd.DataFrame()
+        try:
+            frame = pd.concat([pq.read_table(f).to_pandas() for f in files], ignore_index=True)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise StoreError(f"{self._key_dir(key)}: unreadable part ({exc}); rerun with --force for this "
+                             "model and setting") from exc
+        return frame.sort_values("index", kind="stable").reset_index(drop=True)
+
+    def finish(self, key: str, summary: Mapping[str, Any]) -> None:
+        """Mark ``key`` finished with its summary (atomic)."""
+        _atomic_write_bytes(self.root / "done" / f"{key}.json",
+                            json.dumps({**summary, "key": key, "finished": time.time()}, default=str).encode())
+
+    def forget(self, key: str) -> None:
+        """Remove a key's parts and result (``--force``)."""
+        (self.root / "done" / f"{key}.json").unlink(missing_ok=True)
+        for p in self._key_dir(key).glob("part-*.parquet"):
+            p.unlink(missing_ok=True)
+
+    # ------------------------------------------------------------------ logits
+    def has_logits(self, pass_key: str, chunk: int) -> bool:
+        return self._logits_part(pass_key, chunk).exists()
+
+    def write_logits(self, pass_key: str, chunk: int, table: pa.Table) -> None:
+        _atomic_write_parquet(self._logits_part(pass_key, chunk), table)
+
+    def read_logits(self, pass_key: str, chunk: int) -> pa.Table:
+        return pq.read_table(self._logits_part(pass_key, chunk))
+
+    # ------------------------------------------------------------------ runs and results
+    def record_run(self, meta: Mapping[str, Any]) -> str:
+        run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{digest(dict(meta), 6)}"
+        _atomic_write_bytes(self.root / "runs" / f"{run_id}.json",
+                            json.dumps({**meta, "run_id": run_id}, default=str, indent=1).encode())
+        return run_id
+
+    def _read_json(self, path: Path) -> dict[str, Any]:
+        try:
+            return json.loads(path.read_text())
+        except FileNotFoundError:
+            raise
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise StoreError(f"{path}: corrupted ({exc}); delete it and rerun the evaluation") from exc
+
+    def results(self) -> pd.DataFrame:
+        """One row per finished (model, setting) key."""
+        rows = [self._read_json(p) for p in sorted((self.root / "done").glob("*.json"))]
+        frame = pd.DataFrame(rows)
+        for col in RESULT_COLUMNS:
+            if col not in frame:
+                frame[col] = pd.Series(dtype=object)
+        rest = [c for c in frame.columns if c not in RESULT_COLUMNS]
+        return frame[RESULT_COLUMNS + rest].sort_values(["model", "setting"], kind="stable").reset_index(drop=True)
+
+    def runs(self) -> pd.DataFrame:
+        return pd.DataFrame([self._read_json(p) for p in sorted((self.root / "runs").glob("*.json"))])
+
+    # ------------------------------------------------------------------ DuckDB
+    @contextmanager
+    def _lock(self) -> Iterable[None]:
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / ".lock", "w") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def connect(self):  # -> duckdb.DuckDBPyConnection
+        """A read-only DuckDB connection with views ``predictions``, ``results`` and ``runs``.
+
+        The database file only holds view definitions over the Parquet parts and JSON files,
+        so it is created once and never written by an evaluation.
+        """
+        import duckdb
+
+        db = self.root / DB_NAME
+        if not db.exists():
+            with self._lock():
+                if not db.exists():
+                    tmp = db.with_name(f".{DB_NAME}.{os.getpid()}.tmp")
+                    con = duckdb.connect(str(tmp))
+                    root = self.root.resolve().as_posix()
+                    con.execute(f"CREATE VIEW predictions AS SELECT * FROM read_parquet('{root}/predictions/*/*.parquet', "
+                                "hive_partitioning = true, union_by_name = true)")
+                    con.execute(f"CREATE VIEW results AS SELECT * FROM read_json_auto('{root}/done/*.json', union_by_name = true)")
+                    con.execute(f"CREATE VIEW runs AS SELECT * FROM read_json_auto('{root}/runs/*.json', union_by_name = true)")
+                    con.close()
+                    os.replace(tmp, db)
+        return duckdb.connect(str(db), read_only=True)
