@@ -252,6 +252,8 @@ def eval_cmd(
     force: Annotated[bool, typer.Option("--force", help="Recompute finished results.")] = False,
     device: Annotated[Optional[str], typer.Option("--device", help="cuda, cuda:1 or cpu (default: cuda if present).")] = None,
     chunk_size: Annotated[int, typer.Option("--chunk-size", help="Examples per stored part (the resume unit).")] = 1024,
+    partial: Annotated[bool, typer.Option("--partial", help="Accept a partial copy of a dataset (missing class "
+                                           "folders) instead of failing.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Evaluate models on settings; results go to the store and are printed."""
@@ -259,7 +261,7 @@ def eval_cmd(
 
     kwargs = dict(data_root=data_root, data_dirs=_data_dirs(data_dir), store=store, batch_size=batch_size,
                   workers=workers, limit=limit, keep_logits=keep_logits, force=force, device=device,
-                  convention=convention, chunk_size=chunk_size)
+                  convention=convention, chunk_size=chunk_size, partial=partial)
     if executor == "ray":
         from shiftbench.engine.ray_executor import evaluate_ray
 

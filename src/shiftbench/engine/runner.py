@@ -132,10 +132,19 @@ def summarise(frame: pd.DataFrame, setting: Setting) -> dict[str, Any]:
     out: dict[str, Any] = {"n_skipped": int(len(skipped)),
                            "skipped_files": [f"{i}: {e}" for i, e in zip(skipped["id"][:100], skipped["error"][:100])]}
     if setting.pm_k is not None:
-        groups, offsets = ok["group"].to_numpy(), ok["offset"].to_numpy()
-        acc, n_anchors = pm_k(ok["correct"].to_numpy(), groups, offsets, setting.pm_k)
-        top5, _ = pm_k(ok["correct5"].to_numpy(), groups, offsets, setting.pm_k)
-        out.update(accuracy=float(acc), top5=float(top5), n_examples=int(n_anchors), n_frames=int(len(ok)))
+        # a pm-set is scored over its decoded frames; a set whose anchor frame could not be
+        # decoded (or was cut by --limit) cannot be scored and is counted in n_sets_dropped
+        anchored = set(ok.loc[ok["offset"] == 0, "group"])
+        scored = ok[ok["group"].isin(anchored)]
+        groups, offsets = scored["group"].to_numpy(), scored["offset"].to_numpy()
+        n_sets = frame["group"].nunique()
+        if len(scored):
+            acc, n_anchors = pm_k(scored["correct"].to_numpy(), groups, offsets, setting.pm_k)
+            top5, _ = pm_k(scored["correct5"].to_numpy(), groups, offsets, setting.pm_k)
+        else:
+            acc, top5, n_anchors = float("nan"), float("nan"), 0
+        out.update(accuracy=float(acc), top5=float(top5), n_examples=int(n_anchors), n_frames=int(len(scored)),
+                   n_sets_dropped=int(n_sets - n_anchors))
     else:
         n = len(ok)
         out.update(accuracy=float(100 * ok["correct"].mean()) if n else float("nan"),
@@ -295,6 +304,7 @@ def evaluate(
     convention: str = "restricted",
     chunk_size: int = 1024,
     model_type: str | None = None,
+    partial: bool = False,
     progress: bool | ProgressFn = True,
 ) -> pd.DataFrame:
     """Evaluate ``model`` on ``settings`` and return one row per setting.
@@ -319,6 +329,9 @@ def evaluate(
         Also store float16 logits, so later views need no new forward pass.
     convention:
         Class-subset scoring: ``restricted`` (published protocol) or ``argmax-all``.
+    partial:
+        Accept a partial copy of a named dataset (e.g. some class folders missing) instead of
+        failing on the first missing one; the example list, and so the key, is what was found.
 
     Returns
     -------
@@ -351,7 +364,7 @@ def evaluate(
         groups[s.dataset_key].append(s)
     passes = []
     for (dataset_name, args), group in groups.items():
-        ds = load_dataset(dataset_name, data_root, overrides=data_dirs, **dict(args))
+        ds = _load(dataset_name, data_root, data_dirs, dict(args), partial)
         if limit is not None and limit < len(ds):
             ds = ds.subset(range(limit))
         passes.append(Pass(loaded, ds, group, st, convention=convention, chunk_size=chunk_size,
@@ -377,6 +390,16 @@ def evaluate(
     order = {n: i for i, n in enumerate(s.name for s in resolved)}
     frame = frame.sort_values("setting", key=lambda c: c.map(order)).reset_index(drop=True)
     return frame[RESULT_KEYS + [c for c in frame.columns if c not in RESULT_KEYS]]
+
+
+def _load(name: str, data_root: Any, data_dirs: Any, args: dict[str, Any], partial: bool) -> ImageDataset:
+    import inspect
+
+    from shiftbench.datasets import get_dataset_entry, load_dataset
+
+    if partial and "strict" in inspect.signature(get_dataset_entry(name).builder).parameters:
+        args["strict"] = False
+    return load_dataset(name, data_root, overrides=data_dirs, **args)
 
 
 def _torch_version() -> str:
