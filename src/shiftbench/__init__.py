@@ -18,11 +18,24 @@ from shiftbench.testbed import Testbed
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str):
+    """``shiftbench.evaluate`` / ``shiftbench.load_model`` import torch only when first used."""
+    if name == "evaluate":
+        from shiftbench.engine import evaluate
+
+        return evaluate
+    if name == "load_model":
+        from shiftbench.models import load_model
+
+        return load_model
+    raise AttributeError(f"module 'shiftbench' has no attribute {name!r}")
+
 __all__ = [
     "Testbed", "load_testbed", "list_testbeds",
     "fit_trend", "fit_piecewise_trend", "bootstrap_band", "TrendFit", "PiecewiseTrendFit", "Band",
     "clopper_pearson", "accuracy_interval",
     "effective_robustness", "relative_robustness", "most_effectively_robust",
     "robustness_correlation", "Correlation",
-    "ShiftbenchError", "ConfigError", "DataError", "ModelError", "StoreError",
+    "ShiftbenchError", "ConfigError", "DataError", "ModelError", "StoreError", "evaluate", "load_model",
 ]

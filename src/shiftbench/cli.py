@@ -16,7 +16,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from rich.table import Table as _RichTable
 
 from shiftbench.errors import ShiftbenchError
 
@@ -26,7 +26,8 @@ list_app = typer.Typer(no_args_is_help=True, help="List testbeds, settings or mo
 app.add_typer(list_app, name="list")
 
 # rich only for tables and progress; names and paths go through typer.echo verbatim
-out = Console(soft_wrap=True, emoji=False, highlight=False, markup=False)
+# piped output is not cut to 80 columns: tables keep whole model and setting names
+out = Console(soft_wrap=True, emoji=False, highlight=False, markup=False, width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True, soft_wrap=True, emoji=False, highlight=False, markup=False)
 _state = {"debug": False}
 
@@ -47,6 +48,14 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JS
 @app.callback()
 def _main(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False) -> None:
     _state["debug"] = debug
+
+
+def Table(*headers: str, **kwargs) -> _RichTable:  # noqa: N802 - a drop-in for rich's Table
+    """A rich table whose cells fold instead of being cut with '…' on narrow terminals."""
+    table = _RichTable(**kwargs)
+    for h in headers:
+        table.add_column(h, overflow="fold")
+    return table
 
 
 def _fit_on(values: list[str] | None) -> tuple[str, ...]:
@@ -252,6 +261,10 @@ def eval_cmd(
     force: Annotated[bool, typer.Option("--force", help="Recompute finished results.")] = False,
     device: Annotated[Optional[str], typer.Option("--device", help="cuda, cuda:1 or cpu (default: cuda if present).")] = None,
     chunk_size: Annotated[int, typer.Option("--chunk-size", help="Examples per stored part (the resume unit).")] = 1024,
+    arch: Annotated[Optional[str], typer.Option("--arch", help="Architecture of a checkpoint: spec, e.g. "
+                                                "timm:resnet50 or torchvision:resnet50.")] = None,
+    model_type: Annotated[Optional[str], typer.Option("--model-type", help="Override the model type "
+                                                      "(STANDARD, ROBUST_INTV, LP_ADV, MORE_DATA, ...).")] = None,
     partial: Annotated[bool, typer.Option("--partial", help="Accept a partial copy of a dataset (missing class "
                                            "folders) instead of failing.")] = False,
     as_json: JsonOpt = False,
@@ -261,7 +274,7 @@ def eval_cmd(
 
     kwargs = dict(data_root=data_root, data_dirs=_data_dirs(data_dir), store=store, batch_size=batch_size,
                   workers=workers, limit=limit, keep_logits=keep_logits, force=force, device=device,
-                  convention=convention, chunk_size=chunk_size, partial=partial)
+                  convention=convention, chunk_size=chunk_size, partial=partial, arch=arch, model_type=model_type)
     if executor == "ray":
         from shiftbench.engine.ray_executor import evaluate_ray
 
@@ -287,11 +300,13 @@ def _results_table(frame, title: str) -> None:
                       f"{int(r['n_examples']):,}", str(int(r["n_skipped"])), str(r.get("convention", "")),
                       "" if delta is None or delta != delta else f"{delta:+.2f} ({r['reference']})")
     out.print(table)
-    skipped = [f for r in frame.to_dict("records") for f in (r.get("skipped_files") or [])]
-    if skipped:
-        out.print(f"skipped images ({len(skipped)} listed):")
-        for f in skipped[:20]:
-            out.print(f"  {f}")
+    for key, what in (("skipped_files", "images that could not be decoded"),
+                      ("skipped_on_scan", "files left out when scanning the dataset")):
+        listed = sorted({f for r in frame.to_dict("records") for f in (r.get(key) or [])})
+        if listed:
+            out.print(f"{what} ({len(listed)} listed):")
+            for f in listed[:20]:
+                out.print(f"  {f}")
 
 
 @app.command("results")

@@ -253,6 +253,8 @@ class Pass:
                     continue
                 frame = self.store.read_predictions(job.key)
                 summary = summarise(frame, job.setting)
+                scan = list(getattr(self.dataset, "skipped_on_scan", []) or [])
+                summary.update(n_skipped_on_scan=len(scan), skipped_on_scan=[f"{i}: {why}" for i, why in scan[:100]])
                 summary.update(model=self.model.name, setting=job.setting.name, dataset=self.dataset.name,
                                convention=self.conventions[job.key], spec=self.model.spec,
                                model_type=self.model.metadata.get("model_type", "UNKNOWN"),
@@ -304,6 +306,7 @@ def evaluate(
     convention: str = "restricted",
     chunk_size: int = 1024,
     model_type: str | None = None,
+    arch: str | None = None,
     partial: bool = False,
     progress: bool | ProgressFn = True,
 ) -> pd.DataFrame:
@@ -329,6 +332,9 @@ def evaluate(
         Also store float16 logits, so later views need no new forward pass.
     convention:
         Class-subset scoring: ``restricted`` (published protocol) or ``argmax-all``.
+    model_type, arch:
+        Override the model's type (``STANDARD``, ``ROBUST_INTV``, ...); the architecture of a
+        ``checkpoint:`` spec (``timm:resnet50``, ``torchvision:resnet50``, ``efficientnet-lite0``).
     partial:
         Accept a partial copy of a named dataset (e.g. some class folders missing) instead of
         failing on the first missing one; the example list, and so the key, is what was found.
@@ -350,7 +356,7 @@ def evaluate(
     resolved = [get_setting(s) for s in names]
     st = store if isinstance(store, Store) else Store(store)
     device = device or default_device()
-    loaded = model if isinstance(model, LoadedModel) else load_model(model, model_type=model_type)
+    loaded = model if isinstance(model, LoadedModel) else load_model(model, model_type=model_type, arch=arch)
     loaded.module.to(device).eval()
     try:
         import torch
