@@ -116,8 +116,9 @@ def list_settings(testbed: OptTestbedOpt = None,
         if not long:
             typer.echo("\n".join(settings))
             return
-        table = Table("setting", "description", title=f"{len(settings)} evaluation settings "
-                      "(plus folder:<dir>, manifest:<file>, hf:<dir>, <video>_pm<k>)")
+        table = Table("setting", "description", title=f"{len(settings)} evaluation settings, plus folder:<dir>, "
+                      "manifest:<file>, hf:<dir>, <video>_pm<k> and <setting>+<shift>[.<severity>] "
+                      "(shiftbench list shifts)")
         for name, desc in settings.items():
             table.add_row(name, desc)
         out.print(table)
@@ -131,6 +132,15 @@ def list_settings(testbed: OptTestbedOpt = None,
         n = tb.sizes[s].dropna()
         table.add_row(s, str(int(tb.accuracies[s].notna().sum())), f"{int(n.median()):,}" if len(n) else "?")
     out.print(table)
+
+
+@list_app.command("shifts")
+def list_shifts_cmd() -> None:
+    """Synthetic shifts, usable as <setting>+<shift>[.<severity>] (e.g. cifar10+fog.3)."""
+    from shiftbench.shifts import list_shifts
+
+    for name, desc in list_shifts().items():
+        typer.echo(f"{name}\t{desc}")
 
 
 @list_app.command("models")

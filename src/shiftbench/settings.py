@@ -13,6 +13,11 @@ convention is stored beside every number.
 
 Custom data: ``folder:<dir>``, ``manifest:<file.csv|parquet>`` and ``hf:<saved dataset dir>``
 are settings too (full label space, top-1/top-5).
+
+Synthetic shifts are generated on the fly from the decoded images (one decode for every shift):
+``imagenet-c.<corruption>.<severity>_in-memory``, ``greyscale`` and ``pgd.<norm>.eps<eps>`` on
+ImageNet validation (the reference names), and ``<setting>+<shift>[.<severity>]`` for any
+setting, e.g. ``cifar10+fog.3`` or ``folder:/data/digits+gaussian_noise.5``.
 """
 from __future__ import annotations
 
@@ -47,6 +52,8 @@ class Setting:
     dataset_args: tuple[tuple[str, Any], ...] = ()
     pm_k: int | None = None
     uses_convention: bool = False
+    #: a synthetic shift applied on the fly: (registered shift name, severity or None)
+    shift: tuple[str, int | None] | None = None
 
     @property
     def dataset_key(self) -> tuple[str, tuple[tuple[str, Any], ...]]:
@@ -121,6 +128,16 @@ def _register_defaults() -> None:
                         dataset_args=(("corruption", corruption), ("severity", severity))))
     for name in ("cifar10", "cifar10.1", "cifar10.2"):
         reg(Setting(name, name, _full, f"{name.upper()} test set, 10 classes"))
+    for corruption in CORRUPTIONS:
+        for severity in range(1, 6):
+            reg(Setting(f"imagenet-c.{corruption}.{severity}_in-memory", "imagenet-val", _full,
+                        f"ImageNet validation with {corruption} at severity {severity}, generated on the fly",
+                        shift=(corruption, severity)))
+    reg(Setting("greyscale", "imagenet-val", _full, "ImageNet validation in greyscale", shift=("greyscale", None)))
+    for norm, eps in (("linf", "0.5"), ("linf", "2"), ("l2", "0.1"), ("l2", "0.5")):
+        name = f"pgd.{norm}.eps{eps}"
+        reg(Setting(name, "imagenet-val", _full, f"ImageNet validation under untargeted PGD, {norm} eps {eps}"
+                    + ("/255" if norm == "linf" else ""), shift=(name, None)))
 
 
 _register_defaults()
@@ -140,10 +157,33 @@ def custom_setting(name: str) -> Setting:
     return Setting(name, prefix, _full, f"user data ({prefix}) at {path}", dataset_args=(("path", path),))
 
 
+def parse_shift(text: str) -> tuple[str, int | None]:
+    """``gaussian_noise.3`` -> ('gaussian_noise', 3); ``greyscale`` / ``pgd.linf.eps2`` -> (name, None);
+    validated against the shift registry."""
+    from shiftbench.shifts import get_shift
+
+    head, _, tail = text.rpartition(".")
+    name, severity = (head, int(tail)) if head and tail.isdigit() else (text, None)
+    get_shift(name, severity)
+    return name, severity
+
+
+def shifted_setting(base: Setting, shift_text: str) -> Setting:
+    """``<setting>+<shift>[.<severity>]``: any setting with a synthetic shift applied on the fly."""
+    if base.shift is not None:
+        raise ConfigError(f"{base.name!r} already has a shift; combine one shift per setting")
+    shift = parse_shift(shift_text)
+    return Setting(f"{base.name}+{shift_text}", base.dataset, base.view, f"{base.description}, with {shift_text}",
+                   base.dataset_args, base.pm_k, base.uses_convention, shift)
+
+
 def get_setting(name: str) -> Setting:
-    """The registered setting ``name`` (or a pm-k / custom one), else ConfigError with the closest names."""
+    """The registered setting ``name`` (or a pm-k / custom / shifted one), else ConfigError with the closest names."""
     if name in _SETTINGS:
         return _SETTINGS[name]
+    if "+" in name:
+        base, _, shift_text = name.rpartition("+")
+        return shifted_setting(get_setting(base), shift_text)
     head, _, tail = name.partition("_pm")
     if head in ("imagenet-vid-robust", "ytbb-robust") and tail.isdigit():
         return pm_setting(head, int(tail))

@@ -31,6 +31,7 @@ from shiftbench.datasets.base import ImageDataset, ImageDecodeError
 from shiftbench.errors import ConfigError
 from shiftbench.models.base import LoadedModel
 from shiftbench.settings import Setting, check_convention, get_setting
+from shiftbench.shifts import get_shift
 from shiftbench.store.store import DEFAULT_STORE, Store, digest
 
 VERSION_KEY = ".".join(shiftbench.__version__.split(".")[:2])
@@ -161,13 +162,15 @@ class Pass:
 
     def __init__(self, model: LoadedModel, dataset: ImageDataset, settings: Sequence[Setting], store: Store, *,
                  convention: str = "restricted", chunk_size: int = 1024, keep_logits: bool = False,
-                 force: bool = False) -> None:
+                 force: bool = False, shift: Any = None, seed: int = 0) -> None:
         self.model, self.dataset, self.store = model, dataset, store
         self.chunk_size, self.keep_logits = chunk_size, keep_logits
+        self.shift, self.seed = shift, seed
         self.n_chunks = math.ceil(len(dataset) / chunk_size) if len(dataset) else 0
         self.pass_key = digest({
             "model": model.name, "weights": model.fingerprint, "preprocessing": model.preprocessing.to_dict(),
-            "dataset": dataset.name, "examples": digest(dataset.ids), "n": len(dataset), "shift": None,
+            "dataset": dataset.name, "examples": digest(dataset.ids), "n": len(dataset),
+            "shift": None if shift is None else shift.id, "seed": None if shift is None or not shift.random else seed,
             "chunk_size": chunk_size, "version": VERSION_KEY})
         self.jobs: list[_Job] = []
         for s in settings:
@@ -177,6 +180,7 @@ class Pass:
                           "convention": conv, "pm_k": s.pm_k})
             store.register(key, {"model": model.name, "spec": model.spec, "weights": model.fingerprint,
                                  "setting": s.name, "dataset": dataset.name, "convention": conv,
+                                 "shift": None if shift is None else shift.id, "seed": seed,
                                  "preprocessing": model.preprocessing.to_dict(), "pass": self.pass_key,
                                  "n_examples_in_dataset": len(dataset), "version": shiftbench.__version__})
             if force:
@@ -211,38 +215,25 @@ class Pass:
         self._write_chunk(chunk, table.column("index").to_numpy(), logits, errors)
         return True
 
-    def run(self, *, device: str, batch_size: int, workers: int, on_images: Callable[[int], None]) -> None:
+    def pending(self) -> list[int]:
+        """Chunks still to compute with a forward pass (stored logits are used first)."""
+        return [c for c in self.todo_chunks() if not self._from_stored_logits(c)]
+
+    def forward(self, module: Any, x: Any, idx: Any, errors: Sequence[str], expected: int) -> np.ndarray:
+        """Logits of this pass for one decoded batch: the shift (if any) on [0, 1] pixels, then the model."""
         import torch
 
-        chunks = [c for c in self.todo_chunks() if not self._from_stored_logits(c)]
-        if not chunks:
-            return
-        pre = self.model.preprocessing
-        loader = torch.utils.data.DataLoader(
-            _Decoded(self.dataset, pre.transform(), pre.input_size),
-            batch_sampler=_ChunkBatches(chunks, self.chunk_size, len(self.dataset), batch_size),
-            num_workers=workers, persistent_workers=False, pin_memory=device.startswith("cuda"),
-            prefetch_factor=4 if workers else None)
-        module = self.model.module
-        current, buf_idx, buf_logits, buf_err = None, [], [], []
-        expected = expected_width(self.dataset)
-        with torch.inference_mode():
-            for x, idx, err in loader:
-                chunk = int(idx[0]) // self.chunk_size
-                if current is not None and chunk != current:
-                    self._write_chunk(current, np.concatenate(buf_idx), np.concatenate(buf_logits), sum(buf_err, []))
-                    buf_idx, buf_logits, buf_err = [], [], []
-                current = chunk
-                x = x.to(device, non_blocking=True).contiguous(memory_format=torch.channels_last)
-                out = module(x).float()
-                logits = out.cpu().numpy()
-                _check_logits(logits, self.model, err, expected)
-                buf_idx.append(idx.numpy())
-                buf_logits.append(logits)
-                buf_err.append(list(err))
-                on_images(len(idx))
-        if current is not None:
-            self._write_chunk(current, np.concatenate(buf_idx), np.concatenate(buf_logits), sum(buf_err, []))
+        if self.shift is not None:
+            if self.shift.needs_model:
+                targets = torch.as_tensor([t if np.isscalar(t) else t[0] for t in
+                                           (self.dataset.targets[int(i)] for i in idx)], device=x.device)
+                x = self.shift(x, idx, self.seed, model=module, targets=targets)
+            else:
+                x = self.shift(x, idx, self.seed)
+            x = x.contiguous(memory_format=torch.channels_last)
+        logits = module(x).float().cpu().numpy()
+        _check_logits(logits, self.model, errors, expected)
+        return logits
 
     def finish(self) -> list[dict[str, Any]]:
         """Summarise and mark done every setting whose chunks are all present."""
@@ -255,6 +246,7 @@ class Pass:
                 summary = summarise(frame, job.setting)
                 scan = list(getattr(self.dataset, "skipped_on_scan", []) or [])
                 summary.update(n_skipped_on_scan=len(scan), skipped_on_scan=[f"{i}: {why}" for i, why in scan[:100]])
+                summary.update(shift=None if self.shift is None else self.shift.id, seed=self.seed)
                 summary.update(model=self.model.name, setting=job.setting.name, dataset=self.dataset.name,
                                convention=self.conventions[job.key], spec=self.model.spec,
                                model_type=self.model.metadata.get("model_type", "UNKNOWN"),
@@ -264,6 +256,53 @@ class Pass:
                 self.store.finish(job.key, summary)
             rows.append(self.store._read_json(self.store.root / "done" / f"{job.key}.json"))
         return rows
+
+
+def run_dataset(passes: Sequence[Pass], *, device: str, batch_size: int, workers: int,
+                on_images: Callable[[int], None]) -> None:
+    """Decode each needed image of the dataset once and feed every pass (clean and each shift)."""
+    import torch
+
+    if not passes:
+        return
+    first = passes[0]
+    needed = {p: set(p.pending()) for p in passes}
+    chunks = sorted(set().union(*needed.values()))
+    if not chunks:
+        return
+    pre = first.model.preprocessing
+    loader = torch.utils.data.DataLoader(
+        _Decoded(first.dataset, pre.transform(), pre.input_size),
+        batch_sampler=_ChunkBatches(chunks, first.chunk_size, len(first.dataset), batch_size),
+        num_workers=workers, persistent_workers=False, pin_memory=device.startswith("cuda"),
+        prefetch_factor=4 if workers else None)
+    module = first.model.module
+    expected = expected_width(first.dataset)
+    current: int | None = None
+    buffers: dict[Pass, list[Any]] = {}
+
+    def flush() -> None:
+        for p, (idx_parts, logit_parts, err_parts) in buffers.items():
+            p._write_chunk(current, np.concatenate(idx_parts), np.concatenate(logit_parts), sum(err_parts, []))
+        buffers.clear()
+
+    with torch.inference_mode():
+        for x, idx, err in loader:
+            chunk = int(idx[0]) // first.chunk_size
+            if current is not None and chunk != current:
+                flush()
+            current = chunk
+            x = x.to(device, non_blocking=True).contiguous(memory_format=torch.channels_last)
+            for p in passes:
+                if chunk in needed[p]:
+                    logits = p.forward(module, x, idx, list(err), expected)
+                    buf = buffers.setdefault(p, ([], [], []))
+                    buf[0].append(idx.numpy())
+                    buf[1].append(logits)
+                    buf[2].append(list(err))
+            on_images(len(idx))
+    if current is not None:
+        flush()
 
 
 #: Label spaces whose views read ImageNet-1k logits (subsets, ObjectNet mapping, superclasses).
@@ -308,6 +347,7 @@ def evaluate(
     model_type: str | None = None,
     arch: str | None = None,
     partial: bool = False,
+    seed: int = 0,
     progress: bool | ProgressFn = True,
 ) -> pd.DataFrame:
     """Evaluate ``model`` on ``settings`` and return one row per setting.
@@ -335,6 +375,9 @@ def evaluate(
     model_type, arch:
         Override the model's type (``STANDARD``, ``ROBUST_INTV``, ...); the architecture of a
         ``checkpoint:`` spec (``timm:resnet50``, ``torchvision:resnet50``, ``efficientnet-lite0``).
+    seed:
+        Seed of random shifts (corruptions, PGD starts): every draw is reproducible from
+        (seed, shift, image index), whatever the batch size or worker count.
     partial:
         Accept a partial copy of a named dataset (e.g. some class folders missing) instead of
         failing on the first missing one; the example list, and so the key, is what was found.
@@ -368,13 +411,19 @@ def evaluate(
     groups: dict[Any, list[Setting]] = defaultdict(list)
     for s in resolved:
         groups[s.dataset_key].append(s)
-    passes = []
+    datasets: list[tuple[ImageDataset, list[Pass]]] = []
     for (dataset_name, args), group in groups.items():
         ds = _load(dataset_name, data_root, data_dirs, dict(args), partial)
         if limit is not None and limit < len(ds):
             ds = ds.subset(range(limit))
-        passes.append(Pass(loaded, ds, group, st, convention=convention, chunk_size=chunk_size,
-                           keep_logits=keep_logits, force=force))
+        by_shift: dict[Any, list[Setting]] = defaultdict(list)
+        for s in group:
+            by_shift[s.shift].append(s)
+        datasets.append((ds, [Pass(loaded, ds, members, st, convention=convention, chunk_size=chunk_size,
+                                   keep_logits=keep_logits, force=force, seed=seed,
+                                   shift=None if shift is None else get_shift(*shift))
+                              for shift, members in by_shift.items()]))
+    passes = [p for _, ps in datasets for p in ps]
 
     run_meta = {"model": loaded.name, "spec": loaded.spec, "settings": names, "device": device,
                 "shiftbench": shiftbench.__version__, "torch": _torch_version(), "python": platform.python_version(),
@@ -383,13 +432,15 @@ def evaluate(
     total = sum(len(p.todo_chunks()) for p in passes)
     rows: list[dict[str, Any]] = []
     with _progress(progress, loaded.name) as tick:
-        for p in passes:
-            todo = p.todo_chunks()
-            n_images = sum(min(len(p.dataset), (c + 1) * p.chunk_size) - c * p.chunk_size for c in todo)
-            tick(f"{loaded.name} on {p.dataset.name}", 0, n_images)
-            p.run(device=device, batch_size=batch_size, workers=workers,
-                  on_images=lambda k, name=p.dataset.name: tick(None, k, None))
-            rows += p.finish()
+        for ds, ps in datasets:
+            todo = sorted(set().union(*(p.todo_chunks() for p in ps)))
+            n_images = sum(min(len(ds), (c + 1) * chunk_size) - c * chunk_size for c in todo)
+            shifts = sum(p.shift is not None for p in ps)
+            tick(f"{loaded.name} on {ds.name}" + (f" (+{shifts} shifts)" if shifts else ""), 0, n_images)
+            run_dataset(ps, device=device, batch_size=batch_size, workers=workers,
+                        on_images=lambda k: tick(None, k, None))
+            for p in ps:
+                rows += p.finish()
     run_meta.update(finished=time.time(), chunks=total)
     st.record_run(run_meta)
     frame = pd.DataFrame(rows)
