@@ -1,0 +1,91 @@
+"""Common-corruption summaries: per-corruption averages, mCE and relative mCE.
+
+Hendrycks & Dietterich 2019 ("Benchmarking Neural Network Robustness to Common Corruptions
+and Perturbations", §3): with ``E^f_{s,c}`` the top-1 error (percent) of model ``f`` on
+corruption ``c`` at severity ``s``,
+
+    CE^f_c          = sum_s E^f_{s,c} / sum_s E^AlexNet_{s,c}
+    relative CE^f_c = sum_s (E^f_{s,c} - E^f_clean) / sum_s (E^AlexNet_{s,c} - E^AlexNet_clean)
+
+and mCE / relative mCE are their means over the 15 benchmark corruptions (the four extra ones
+are reported but not averaged). The AlexNet errors come from the testbed when it has AlexNet,
+else from the shipped ``imagenet-reference`` (whose ``alexnet`` row is the normaliser the paper
+used). Settings are named ``imagenet-c.<corruption>.<severity>_<mode>``.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from shiftbench.errors import DataError
+from shiftbench.testbed import Testbed
+
+BENCHMARK = ("gaussian_noise", "shot_noise", "impulse_noise", "defocus_blur", "glass_blur", "motion_blur",
+             "zoom_blur", "snow", "frost", "fog", "brightness", "contrast", "elastic_transform", "pixelate",
+             "jpeg_compression")
+EXTRA = ("speckle_noise", "gaussian_blur", "spatter", "saturate")
+SEVERITIES = (1, 2, 3, 4, 5)
+
+
+def _errors(testbed: Testbed, model: str, mode: str, clean: str,
+            fallback: str | None = None) -> tuple[pd.DataFrame, float]:
+    testbed.check_model(model)
+    acc = testbed.accuracies.loc[model]
+    rows = {}
+    for c in BENCHMARK + EXTRA:
+        vals = [acc.get(f"imagenet-c.{c}.{s}_{mode}", np.nan) for s in SEVERITIES]
+        if fallback and not np.isfinite(vals).all():
+            vals = [acc.get(f"imagenet-c.{c}.{s}_{fallback}", np.nan) for s in SEVERITIES]
+        rows[c] = [100.0 - v for v in vals]
+    clean_acc = acc.get(clean, np.nan)
+    return pd.DataFrame(rows, index=list(SEVERITIES)).T, 100.0 - float(clean_acc)
+
+
+def corruption_accuracy(testbed: Testbed, model: str, *, mode: str = "in-memory") -> pd.Series:
+    """Mean accuracy (percent) over the five severities of each corruption (NaN if any is missing)."""
+    err, _ = _errors(testbed, model, mode, "val")
+    return (100.0 - err).mean(axis=1, skipna=False).rename(model)
+
+
+def mce(
+    testbed: Testbed,
+    model: str,
+    *,
+    mode: str = "in-memory",
+    fallback_mode: str | None = "on-disk",
+    clean: str = "val",
+    normaliser: str = "alexnet",
+    reference: Testbed | None = None,
+) -> dict[str, object]:
+    """mCE and relative mCE of ``model`` (percent), with the per-corruption CE table.
+
+    A corruption whose five ``mode`` cells are incomplete uses its ``fallback_mode`` cells
+    (the reference testbed has glass blur only on disk: it was too slow to generate in memory).
+    Returns ``{"mCE", "relative_mCE", "table"}`` where ``table`` has one row per corruption
+    (``CE``, ``relative_CE``, ``mean_error``, ``benchmark``). Raises DataError naming the
+    first missing setting when a benchmark corruption is incomplete.
+    """
+    err, clean_err = _errors(testbed, model, mode, clean, fallback_mode)
+    if normaliser in testbed.models and np.isfinite(testbed.accuracies.loc[normaliser].get(clean, np.nan)):
+        ref_tb = testbed
+    else:
+        from shiftbench.reference import load_testbed
+
+        ref_tb = reference or load_testbed("imagenet-reference")
+    ref_err, ref_clean = _errors(ref_tb, normaliser, mode, clean, fallback_mode)
+    missing = [(c, s) for c in BENCHMARK for s in SEVERITIES if not np.isfinite(err.at[c, s])]
+    if missing:
+        c, s = missing[0]
+        raise DataError(f"model {model!r} has no accuracy on 'imagenet-c.{c}.{s}_{mode}' ({len(missing)} "
+                        "benchmark cells missing); evaluate all 15 corruptions x 5 severities for mCE")
+    if not np.isfinite(clean_err):
+        raise DataError(f"model {model!r} has no accuracy on {clean!r}, needed for the relative mCE")
+    table = pd.DataFrame({
+        "CE": 100.0 * err.sum(axis=1, skipna=False) / ref_err.sum(axis=1, skipna=False),
+        "relative_CE": 100.0 * (err - clean_err).sum(axis=1, skipna=False)
+        / (ref_err - ref_clean).sum(axis=1, skipna=False),
+        "mean_error": err.mean(axis=1, skipna=False),
+        "benchmark": [c in BENCHMARK for c in err.index],
+    })
+    bench = table[table["benchmark"]]
+    return {"mCE": float(bench["CE"].mean()), "relative_mCE": float(bench["relative_CE"].mean()), "table": table}
