@@ -241,6 +241,30 @@ def plot_cmd(testbed: TestbedOpt, x: XOpt, y: YOpt,
     typer.echo(f"wrote {path}")
 
 
+@app.command("mce")
+def mce_cmd(testbed: TestbedOpt,
+            model: Annotated[str, typer.Option("--model", help="Model whose corruption errors to summarise.")],
+            mode: Annotated[str, typer.Option("--mode", help="in-memory or on-disk ImageNet-C settings.")] = "in-memory",
+            as_json: JsonOpt = False) -> None:
+    """mCE and relative mCE (normalised by AlexNet) with the per-corruption table."""
+    from shiftbench.analysis import mce
+    from shiftbench.reference import load_testbed
+
+    res = mce(load_testbed(testbed), model, mode=mode)
+    table = res["table"]
+    if as_json:
+        print(json.dumps({"model": model, "mCE": res["mCE"], "relative_mCE": res["relative_mCE"],
+                          "corruptions": {c: {k: _clean(v) for k, v in row.items()} for c, row in
+                                          table.to_dict("index").items()}}))
+        return
+    t = Table("corruption", "CE %", "relative CE %", "mean error %",
+              title=f"{model}: mCE {res['mCE']:.1f}%, relative mCE {res['relative_mCE']:.1f}% ({mode})")
+    for c, row in table.iterrows():
+        t.add_row(c + ("" if row["benchmark"] else " (extra)"), f"{row['CE']:.1f}", f"{row['relative_CE']:.1f}",
+                  f"{row['mean_error']:.1f}")
+    out.print(t)
+
+
 # ---------------------------------------------------------------------------- evaluation
 def _data_dirs(values: list[str] | None) -> dict[str, str]:
     dirs = {}

@@ -4,6 +4,7 @@ Scalings, trend fits with bootstrap bands, Clopper-Pearson intervals, effective 
 robustness, piecewise trends and correlations (Taori et al. 2020; Miller et al. 2021).
 """
 from shiftbench.analysis.correlation import Correlation, robustness_correlation
+from shiftbench.analysis.corruption import corruption_accuracy, mce
 from shiftbench.analysis.intervals import accuracy_interval, clopper_pearson
 from shiftbench.analysis.robustness import effective_robustness, most_effectively_robust, relative_robustness
 from shiftbench.analysis.scaling import SCALES, inverse, transform
@@ -15,5 +16,5 @@ __all__ = [
     "TrendFit", "PiecewiseTrendFit", "Band", "fit_trend", "fit_piecewise_trend",
     "bootstrap_band", "bootstrap_coefficients",
     "effective_robustness", "relative_robustness", "most_effectively_robust",
-    "Correlation", "robustness_correlation",
+    "Correlation", "robustness_correlation", "mce", "corruption_accuracy",
 ]
