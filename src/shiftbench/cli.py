@@ -1,8 +1,8 @@
 """The ``shiftbench`` command line: a thin layer over the public Python API.
 
 Every command is one call into :mod:`shiftbench` (``load_testbed``, ``fit_trend``,
-``effective_robustness``, ``plot_trend``, ``write_report``). Errors print as one line on stderr
-with a non-zero exit; ``--debug`` shows the traceback.
+``effective_robustness``, ``plot_trend``, ``write_report``, ``write_html_report``). Errors print
+as one line on stderr with a non-zero exit; ``--debug`` shows the traceback.
 """
 from __future__ import annotations
 
@@ -367,16 +367,75 @@ def results_cmd(
     _results_table(frame, title=f"{len(frame)} results in {store}")
 
 
+# ---------------------------------------------------------------------------- report
+REFERENCE_TESTBEDS = ("imagenet-reference", "timm-reference")
+
+
+def _progress() -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                    TimeElapsedColumn(), console=err, transient=False)
+
+
+def _html_report(testbeds, output: Path, *, store: Path | None, n_resamples: int, scale: str = "logit",
+                 shifts=None) -> Path:
+    """write_html_report with a progress bar on stderr."""
+    from shiftbench.report import NATURAL_SHIFTS, write_html_report
+    from shiftbench.report.html import n_steps
+
+    shifts = NATURAL_SHIFTS if shifts is None else shifts
+    with _progress() as progress:
+        task = progress.add_task("HTML report", total=n_steps(testbeds, shifts))
+
+        def step(label: str) -> None:
+            progress.update(task, description=f"HTML report: {label}")
+            progress.advance(task)
+
+        path = write_html_report(testbeds, output, store=store, shifts=shifts, n_resamples=n_resamples,
+                                 scale=scale, on_step=step)
+        progress.update(task, description="HTML report written")
+    return path
+
+
+@app.command("report")
+def report_cmd(
+    output: Annotated[Path, typer.Option("--output", "-o", help="Report directory (index.html, figures, tables).")],
+    testbed: Annotated[Optional[list[str]], typer.Option(
+        "--testbed", "-t", help="Reference name or CSV/Parquet path. Repeatable; default: imagenet-reference and "
+        "timm-reference.")] = None,
+    store: Annotated[Optional[Path], typer.Option("--store", help="A results store: adds its calibration.")] = None,
+    scale: ScaleOpt = "logit",
+    n_resamples: Annotated[int, typer.Option("--resamples", help="Bootstrap resamples per band.")] = 1000,
+) -> None:
+    """Write a self-contained interactive HTML report (index.html) plus static figures and tables."""
+    from shiftbench.reference import load_testbed
+
+    testbeds = [load_testbed(t) for t in (testbed or REFERENCE_TESTBEDS)]
+    path = _html_report(testbeds, output, store=store, n_resamples=n_resamples, scale=scale)
+    typer.echo(f"report: {path.resolve()}")
+
+
+def _offline_testbeds(output: Path) -> list:
+    """``(testbed, shifts)`` pairs the demo builds itself, reported beside the reference testbeds.
+
+    Hook for the offline digits testbed (MNIST -> UCI digits, issue 5): once it exists, build or
+    load it here (e.g. ``Testbed.from_store`` of the demo's results store) and return it with
+    its own shift pairs, e.g. ``[(digits, [ShiftPair("UCI digits", "mnist-test", "uci-digits")])]``;
+    the HTML report then covers it with every section its data supports (its corruptions,
+    named ``<id setting>+<corruption>.<severity>``, feed the synthetic-vs-natural section).
+    """
+    return []
+
+
 # ---------------------------------------------------------------------------- demo
 @app.command("demo")
 def demo_cmd(output: Annotated[Path, typer.Option("--output", "-o", help="Report directory.")] = Path("shiftbench-report"),
              n_resamples: Annotated[int, typer.Option("--resamples", help="Bootstrap resamples per band.")] = 1000) -> None:
-    """Analyse every natural shift of both reference testbeds and write a report."""
+    """Analyse every natural shift of both reference testbeds; write summary.md and index.html."""
     from shiftbench.report import NATURAL_SHIFTS, write_report
     from shiftbench.reference import load_testbed
 
     start = time.perf_counter()
-    names = ["imagenet-reference", "timm-reference"]
+    names = list(REFERENCE_TESTBEDS)
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=err, transient=False) as progress:
         task = progress.add_task("loading reference testbeds", total=len(names) * len(NATURAL_SHIFTS))
@@ -391,6 +450,12 @@ def demo_cmd(output: Annotated[Path, typer.Option("--output", "-o", help="Report
     typer.echo(f"reference analysis: {len(testbeds)} testbeds, {sum(len(t) for t in testbeds)} models, "
                f"{time.perf_counter() - start:.1f} s")
     typer.echo(f"report: {summary.resolve()}")
+    start = time.perf_counter()
+    offline = _offline_testbeds(output)
+    shifts = {tb.name: NATURAL_SHIFTS for tb in testbeds} | {tb.name: list(s) for tb, s in offline}
+    index = _html_report(testbeds + [tb for tb, _ in offline], output, store=None, n_resamples=n_resamples,
+                         shifts=shifts)
+    typer.echo(f"html report ({time.perf_counter() - start:.1f} s): {index.resolve()}")
 
 
 def main() -> None:

@@ -1,13 +1,15 @@
 """Pure numpy/scipy/pandas analysis over a :class:`~shiftbench.testbed.Testbed` (no torch).
 
 Scalings, trend fits with bootstrap bands, Clopper-Pearson intervals, effective and relative
-robustness, piecewise trends and correlations (Taori et al. 2020; Miller et al. 2021).
+robustness, piecewise trends, correlations and synthetic-vs-natural robustness (Taori et al.
+2020; Miller et al. 2021).
 """
 from shiftbench.analysis.correlation import Correlation, robustness_correlation
 from shiftbench.analysis.corruption import corruption_accuracy, mce
 from shiftbench.analysis.intervals import accuracy_interval, clopper_pearson
 from shiftbench.analysis.robustness import effective_robustness, most_effectively_robust, relative_robustness
 from shiftbench.analysis.scaling import SCALES, inverse, transform
+from shiftbench.analysis.synthetic import corruption_correlations, corruption_settings, synthetic_effective_robustness
 from shiftbench.analysis.trend import (
     Band, PiecewiseTrendFit, TrendFit, bootstrap_band, bootstrap_coefficients, fit_piecewise_trend, fit_trend)
 
@@ -17,4 +19,5 @@ __all__ = [
     "bootstrap_band", "bootstrap_coefficients",
     "effective_robustness", "relative_robustness", "most_effectively_robust",
     "Correlation", "robustness_correlation", "mce", "corruption_accuracy",
+    "corruption_settings", "synthetic_effective_robustness", "corruption_correlations",
 ]

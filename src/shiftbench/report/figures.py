@@ -157,3 +157,86 @@ def save_figure(fig: Figure, path: str | Path) -> Path:
     fig.savefig(path, bbox_inches="tight")
     plt.close(fig)
     return path
+
+
+def save_figure_formats(fig: Figure, stem: str | Path, formats: Iterable[str] = FORMATS) -> list[Path]:
+    """Save ``fig`` once per format (``stem.png``, ``stem.svg``, ``stem.pdf``) and close it."""
+    stem = Path(stem)
+    formats = list(formats)
+    bad = [f for f in formats if f.lower() not in FORMATS]
+    if bad:
+        raise ConfigError(f"unknown figure format {bad[0]!r}; use .png, .svg or .pdf")
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for ext in formats:
+        path = stem.with_name(stem.name + ext.lower())
+        fig.savefig(path, bbox_inches="tight")
+        paths.append(path)
+    plt.close(fig)
+    return paths
+
+
+def _type_legend_scatter(ax: Axes, frame, xcol: str, ycol: str) -> None:
+    types = list(dict.fromkeys(frame["model_type"]))
+    types.sort(key=lambda t: list(TYPE_STYLE).index(t) if t in TYPE_STYLE else len(TYPE_STYLE))
+    for mtype in types:
+        sub = frame[frame["model_type"] == mtype]
+        colour, name = TYPE_STYLE.get(mtype, (FALLBACK_COLOUR, mtype.replace("_", " ").capitalize()))
+        ax.scatter(sub[xcol], sub[ycol], s=18, color=colour, alpha=0.85, edgecolors="white", linewidths=0.4,
+                   label=f"{name} ({len(sub)})", zorder=3)
+
+
+def plot_synthetic_vs_natural(frame, *, natural_label: str, r: float | None = None,
+                              title: str = "Synthetic vs natural effective robustness") -> Figure:
+    """Natural against synthetic effective robustness (pp), one point per model, coloured by type,
+    with the least-squares line (Taori et al. 2020, Figure 5). ``frame``: ``model_type``,
+    ``synthetic_er``, ``natural_er``."""
+    fig, ax = plt.subplots(figsize=(6.4, 5.2), dpi=120)
+    ax.axhline(0, color="0.6", lw=0.8, zorder=1)
+    ax.axvline(0, color="0.6", lw=0.8, zorder=1)
+    if len(frame) >= 2 and np.ptp(frame["synthetic_er"]) > 0:
+        slope, intercept = np.polyfit(frame["synthetic_er"], frame["natural_er"], 1)
+        gx = np.array([frame["synthetic_er"].min(), frame["synthetic_er"].max()])
+        ax.plot(gx, slope * gx + intercept, color="black", lw=1.2, label="least-squares line", zorder=2)
+    _type_legend_scatter(ax, frame, "synthetic_er", "natural_er")
+    ax.set_xlabel("effective robustness, mean over corruptions (pp)")
+    ax.set_ylabel(f"effective robustness on {natural_label} (pp)")
+    ax.set_title(title + (f"\nPearson r = {r:.2f}, {len(frame)} models" if r is not None else ""), fontsize=10)
+    ax.grid(True, color="0.9", lw=0.6)
+    ax.legend(loc="best", fontsize=7, framealpha=0.9)
+    fig.tight_layout()
+    return fig
+
+
+def plot_corruption_correlation(table, *, natural_label: str,
+                                title: str = "Does robustness to a corruption predict natural robustness?") -> Figure:
+    """Horizontal bars of Pearson r per corruption (``table``: ``corruption``, ``pearson_r``;
+    the row ``synthetic_er`` is the mean over corruptions and drawn dark)."""
+    t = table.dropna(subset=["pearson_r"]).sort_values("pearson_r")
+    fig, ax = plt.subplots(figsize=(6.4, max(2.5, 0.26 * len(t) + 1.2)), dpi=120)
+    colours = ["0.25" if c == "synthetic_er" else ("#2b7bba" if r >= 0 else "#c44e52")
+               for c, r in zip(t["corruption"], t["pearson_r"])]
+    labels = ["mean over corruptions" if c == "synthetic_er" else c for c in t["corruption"]]
+    ax.barh(labels, t["pearson_r"], color=colours)
+    ax.axvline(0, color="0.4", lw=0.8)
+    ax.set_xlim(-1, 1)
+    ax.set_xlabel(f"Pearson r with effective robustness on {natural_label}")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, axis="x", color="0.9", lw=0.6)
+    fig.tight_layout()
+    return fig
+
+
+def plot_calibration(results, *, title: str = "Calibration") -> Figure:
+    """Expected calibration error (percent) against accuracy, one colour per setting."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.8), dpi=120)
+    for setting, sub in results.groupby("setting", sort=True):
+        ax.scatter(sub["accuracy"], sub["ece"], s=22, alpha=0.85, label=str(setting), edgecolors="white",
+                   linewidths=0.4)
+    ax.set_xlabel("top-1 accuracy (%)")
+    ax.set_ylabel("expected calibration error (%)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, color="0.9", lw=0.6)
+    ax.legend(loc="best", fontsize=7, framealpha=0.9)
+    fig.tight_layout()
+    return fig

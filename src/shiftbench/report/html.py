@@ -1,0 +1,223 @@
+"""The self-contained interactive HTML report: ``write_html_report`` / ``shiftbench report``.
+
+``out_dir/index.html`` is one file that opens from ``file://`` with no network: plotly.js is
+inlined once in the head, the report's own CSS and JavaScript (``report/assets``) are inlined,
+and a Content-Security-Policy allows only those exact inline scripts (by SHA-256), so nothing
+can be fetched and no injected handler could run. Next to it, every figure is written as
+PNG, SVG and PDF (matplotlib, :mod:`.figures`) and every table as CSV, Markdown and LaTeX
+(:mod:`.tables`), per testbed under ``out_dir/<testbed>/``.
+
+The page is built from the section registry (:mod:`.sections`): per testbed an overview, one
+interactive scatter per natural shift (trend, bootstrap band, y = x, Clopper-Pearson bars,
+colour by model type, hover with name, type, accuracies and effective robustness; ImageNet-A
+with its piecewise trend), synthetic vs natural effective robustness, and the sortable table
+of every model; then report-wide sections such as calibration from a results store. A
+section without data is left out; a shift whose trend cannot be fitted says why.
+
+Example
+-------
+>>> import shiftbench as sb                                              # doctest: +SKIP
+>>> from shiftbench.report import write_html_report                      # doctest: +SKIP
+>>> write_html_report([sb.load_testbed("imagenet-reference")], "report") # doctest: +SKIP
+PosixPath('report/index.html')
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from importlib import resources
+from pathlib import Path
+
+from shiftbench.analysis.scaling import check_scale
+from shiftbench.errors import ConfigError
+from shiftbench.report.figures import FORMATS
+from shiftbench.report.sections import ReportContext, Rendered, TestbedReport, esc, render_sections
+from shiftbench.report.shifts import NATURAL_SHIFTS, ShiftPair, analyse_shift
+from shiftbench.testbed import Testbed
+
+_SCRIPT = re.compile(r"<script(?: type=\"text/javascript\")?>(.*?)</script>", re.DOTALL)
+
+
+def _asset(name: str) -> str:
+    text = resources.files("shiftbench.report").joinpath("assets", name).read_text(encoding="utf-8")
+    if re.search(r"</(script|style)", text, re.IGNORECASE):   # would end the inline element early
+        raise ConfigError(f"report asset {name} contains a closing script/style tag; it cannot be inlined")
+    return text
+
+
+def _plotly_js() -> str:
+    from plotly.offline import get_plotlyjs
+
+    return get_plotlyjs()
+
+
+def _csp(document: str) -> str:
+    """A Content-Security-Policy allowing exactly the inline scripts of ``document``."""
+    hashes = sorted({"'sha256-" + base64.b64encode(hashlib.sha256(body.encode("utf-8")).digest()).decode() + "'"
+                     for body in _SCRIPT.findall(document)})
+    return ("default-src 'none'; script-src " + " ".join(hashes) + "; style-src 'unsafe-inline'; "
+            "img-src data: blob:; font-src data:; connect-src 'none'; base-uri 'none'; form-action 'none'")
+
+
+def _toc(groups: Sequence[tuple[str, str, list[Rendered]]]) -> str:
+    items = []
+    for title, anchor, children in groups:
+        sub = "".join(f'<li><a href="#{esc(c.anchor)}">{esc(c.title)}</a></li>' for c in children)
+        items.append(f'<li><a href="#{esc(anchor)}">{esc(title)}</a>' + (f"<ul>{sub}</ul>" if sub else "") + "</li>")
+    return f'<nav class="sb-toc" aria-label="Contents"><ul>{"".join(items)}</ul></nav>'
+
+
+def _check_testbeds(testbeds: Sequence[Testbed]) -> list[Testbed]:
+    testbeds = list(testbeds)
+    if not testbeds:
+        raise ConfigError("write_html_report needs at least one testbed; e.g. load_testbed('imagenet-reference')")
+    for tb in testbeds:
+        if not isinstance(tb, Testbed):
+            raise ConfigError(f"{tb!r} is not a Testbed; load it with shiftbench.load_testbed(name_or_path)")
+    return testbeds
+
+
+def _testbed_dirname(name: str, taken: set[str]) -> str:
+    base = re.sub(r"[^A-Za-z0-9._+-]+", "-", name).strip("-.") or "testbed"
+    out, i = base, 2
+    while out in taken:
+        out, i = f"{base}-{i}", i + 1
+    taken.add(out)
+    return out
+
+
+def _store_results(store: str | Path | None):
+    if store is None:
+        return None
+    from shiftbench.store import Store
+
+    path = Path(store)
+    if not path.is_dir():
+        raise ConfigError(f"{path}: no results store there; pass the --store directory that `shiftbench eval` wrote")
+    return Store(path).results()
+
+
+Shifts = Sequence[ShiftPair] | Mapping[str, Sequence[ShiftPair]]
+
+
+def shifts_for(testbed: Testbed, shifts: Shifts) -> list[ShiftPair]:
+    """The shifts analysed on ``testbed``: ``shifts`` itself, or its entry for the testbed's name
+    when it maps names to shifts (testbeds not named get :data:`NATURAL_SHIFTS`)."""
+    if isinstance(shifts, Mapping):
+        return list(shifts.get(testbed.name, NATURAL_SHIFTS))
+    return list(shifts)
+
+
+def n_steps(testbeds: Sequence[Testbed], shifts: Shifts = NATURAL_SHIFTS) -> int:
+    """How many times :func:`write_html_report` calls ``on_step`` (for a progress bar's total)."""
+    return sum(2 * len(shifts_for(tb, shifts)) + 1 for tb in testbeds) + 1
+
+
+def _analyse(ctx: ReportContext, testbeds: Sequence[Testbed], shifts: Shifts) -> None:
+    """Fit every shift of every testbed (a failure is recorded with its reason, not raised)."""
+    taken: set[str] = set()
+    for tb in testbeds:
+        analyses = []
+        for shift in shifts_for(tb, shifts):
+            ctx.step(f"{tb.name}: {shift.label}")
+            analyses.append(analyse_shift(tb, shift, scale=ctx.scale, n_resamples=ctx.n_resamples, seed=ctx.seed))
+        ctx.testbeds.append(TestbedReport(tb, analyses, ctx.out_dir / _testbed_dirname(tb.name, taken),
+                                          anchor=ctx.anchor("tb", tb.name)))
+
+
+def _body(ctx: ReportContext, title: str) -> str:
+    """The page body: header, table of contents, then every section that has data."""
+    groups: list[tuple[str, str, list[Rendered]]] = []
+    blocks = []
+    for tbr in ctx.testbeds:
+        target = ctx.steps + len(tbr.analyses) + 1
+        rendered = render_sections(ctx, "testbed", tbr)
+        groups.append((tbr.testbed.name, tbr.anchor, rendered))
+        blocks.append(f'<section class="sb-testbed" id="{esc(tbr.anchor)}"><h2>{esc(tbr.testbed.name)}</h2>'
+                      + "".join(r.html for r in rendered) + "</section>")
+        while ctx.steps < target:                           # shifts without data draw nothing
+            ctx.step(f"{tbr.testbed.name}: sections")
+    for r in render_sections(ctx, "report", None):
+        groups.append((r.title, r.anchor, []))
+        blocks.append(r.html)
+    ctx.step("writing index.html")
+    names = ", ".join(f"{t.testbed.name} ({len(t.testbed)} models)" for t in ctx.testbeds)
+    return (f'<header class="sb-header"><h1>{esc(title)}</h1>'
+            f"<p>Effective robustness under distribution shift: {esc(names)}.</p>"
+            f"<p>Generated {esc(time.strftime('%Y-%m-%d %H:%M'))} by shiftbench. Figures: drag to zoom, "
+            "double-click to reset, click a legend entry to hide or show a model type. Static figures "
+            "(PNG, SVG, PDF) and tables (CSV, Markdown, LaTeX) are in the folders next to this file.</p></header>"
+            f'<div class="sb-layout">{_toc(groups)}<main>{"".join(blocks)}</main></div>')
+
+
+def _document(title: str, body: str) -> str:
+    """The whole page: plotly.js and the report's CSS/JS inlined, under a CSP allowing only them."""
+    head_scripts = f"<script>{_plotly_js()}</script>"
+    tail_scripts = f"<script>{_asset('report.js')}</script>"
+    csp = _csp(head_scripts + body + tail_scripts)
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f'<meta http-equiv="Content-Security-Policy" content="{esc(csp)}">'
+            '<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f"<title>{esc(title)}</title><style>{_asset('report.css')}</style>{head_scripts}</head>"
+            f"<body>{body}{tail_scripts}</body></html>\n")
+
+
+def write_html_report(
+    testbeds: Sequence[Testbed],
+    out_dir: str | Path,
+    *,
+    store: str | Path | None = None,
+    shifts: Shifts = NATURAL_SHIFTS,
+    n_resamples: int = 1000,
+    scale: str = "logit",
+    seed: int = 0,
+    figure_formats: Sequence[str] = FORMATS,
+    title: str = "shiftbench report",
+    on_step: Callable[[str], None] | None = None,
+) -> Path:
+    """Write ``out_dir/index.html`` (self-contained) plus static figures and tables; returns its path.
+
+    Parameters
+    ----------
+    testbeds:
+        The testbeds to report on, each in its own part of the page and folder ``out_dir/<name>/``.
+    store:
+        A results store directory (``shiftbench eval --store``); adds the calibration section.
+    shifts:
+        The (in-distribution, shifted) setting pairs to analyse; default the natural shifts of
+        Taori et al. 2020. Or a mapping from testbed name to its own shifts (e.g. a digits
+        testbed beside the ImageNet ones). Shifts a testbed has no settings for are listed, not drawn.
+    n_resamples, seed:
+        Bootstrap resamples (and seed) of each trend's 95% band.
+    scale:
+        Axis scaling of the trends: ``logit`` (default), ``probit`` or ``linear``.
+    figure_formats:
+        Static figure formats (``.png``, ``.svg``, ``.pdf``); empty to skip static figures.
+    on_step:
+        Called with a short label at each step - every shift's fit, every shift's drawing, the
+        other sections, the page - :func:`n_steps` times in all (for progress bars).
+    """
+    testbeds = _check_testbeds(testbeds)
+    check_scale(scale)
+    if n_resamples < 1:
+        raise ConfigError(f"n_resamples={n_resamples}: the bootstrap bands need at least 1 resample (1000 is usual)")
+    bad = [f for f in figure_formats if f not in FORMATS]
+    if bad:
+        raise ConfigError(f"figure format {bad[0]!r}: use {', '.join(FORMATS)} (or none)")
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"{out}: is a file; give a directory for the report (-o DIR)")
+    out.mkdir(parents=True, exist_ok=True)
+    ctx = ReportContext(out_dir=out, testbeds=[], store_results=_store_results(store), scale=scale,
+                        n_resamples=n_resamples, seed=seed, figure_formats=tuple(figure_formats), on_step=on_step)
+    _analyse(ctx, testbeds, shifts)
+    document = _document(title, _body(ctx, title))
+    path = out / "index.html"
+    tmp = path.with_name(f".index.html.{os.getpid()}.tmp")
+    tmp.write_text(document, encoding="utf-8")
+    tmp.replace(path)
+    return path

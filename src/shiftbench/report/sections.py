@@ -1,0 +1,521 @@
+"""The sections of the HTML report and the registry that orders them.
+
+A section is a class registered with :func:`register_section`. It declares its ``scope`` (once
+per testbed, or once per report), says in :meth:`Section.available` whether it has data, and
+renders HTML in :meth:`Section.render` - writing its static figures (PNG/SVG/PDF) and tables
+(CSV/Markdown/LaTeX) next to the report through the :class:`ReportContext`. A section without
+data is simply left out: users never see placeholders. To add a section, subclass
+:class:`Section` in any module imported by :mod:`shiftbench.report.html` and decorate it.
+
+Everything user-supplied (model, setting, testbed and type names, error messages) is escaped
+here with :func:`esc` (HTML) or :func:`~shiftbench.report.interactive.plotly_text` (plotly);
+tables are rendered by ``report.js`` with ``textContent``.
+"""
+from __future__ import annotations
+
+import html
+import itertools
+import json
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
+from urllib.parse import quote
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import plotly.io as pio
+
+from shiftbench.analysis import most_effectively_robust
+from shiftbench.analysis.synthetic import (
+    IMAGENET_C_PATTERN, STANDARD_LIKE, SYNTHETIC, corruption_correlations, corruption_settings,
+    synthetic_effective_robustness)
+from shiftbench.errors import ConfigError, ShiftbenchError
+from shiftbench.report.figures import (
+    FORMATS, plot_calibration, plot_corruption_correlation, plot_synthetic_vs_natural, plot_trend,
+    save_figure_formats)
+from shiftbench.report.interactive import calibration_figure, correlation_bars, synthetic_figure, trend_figure
+from shiftbench.report.shifts import ShiftAnalysis, fits_table
+from shiftbench.report.tables import write_table
+from shiftbench.testbed import Testbed
+
+PLOTLY_CONFIG = {"displaylogo": False, "responsive": True,
+                 "toImageButtonOptions": {"format": "svg", "filename": "shiftbench-figure"}}
+#: The natural shift that synthetic robustness is compared with (Taori et al. 2020, Figure 5).
+NATURAL_REFERENCE = "ImageNetV2"
+
+
+def esc(text: object) -> str:
+    """HTML-escape any text (quotes included) for element content and attribute values."""
+    return html.escape(str(text), quote=True)
+
+
+def slug(text: str) -> str:
+    """A lowercase ``[a-z0-9-]`` identifier for anchors and file names."""
+    return re.sub(r"[^a-z0-9]+", "-", str(text).lower()).strip("-") or "x"
+
+
+def json_for_script(obj: object) -> str:
+    """JSON safe inside ``<script type="application/json">`` (no ``<``, ``>`` or ``&``)."""
+    text = json.dumps(obj, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+# ---------------------------------------------------------------------------- context
+@dataclass
+class TestbedReport:
+    """One testbed's share of the report: its shift analyses and output folder."""
+
+    testbed: Testbed
+    analyses: list[ShiftAnalysis]
+    dir: Path
+    anchor: str
+    cache: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def analysed(self) -> list[ShiftAnalysis]:
+        """Analyses whose two settings are both in the testbed (fitted or not)."""
+        tb = self.testbed
+        return [a for a in self.analyses if a.shift.x in tb.settings and a.shift.y in tb.settings]
+
+    @property
+    def missing(self) -> list[ShiftAnalysis]:
+        """Analyses of shifts this testbed has no data for."""
+        return [a for a in self.analyses if a not in self.analysed]
+
+
+@dataclass
+class Rendered:
+    """A rendered block of the page and its entry in the table of contents."""
+
+    title: str
+    anchor: str
+    html: str
+
+
+@dataclass
+class ReportContext:
+    """What sections read (testbeds, analyses, store results) and how they write files."""
+
+    out_dir: Path
+    testbeds: list[TestbedReport]
+    store_results: pd.DataFrame | None = None
+    scale: str = "logit"
+    n_resamples: int = 1000
+    seed: int = 0
+    figure_formats: Sequence[str] = FORMATS
+    on_step: Callable[[str], None] | None = None
+    _ids: itertools.count = field(default_factory=itertools.count)
+    _anchors: set[str] = field(default_factory=set)
+    steps: int = 0
+
+    def step(self, label: str) -> None:
+        """Report progress (one unit of :func:`~shiftbench.report.html.n_steps`)."""
+        self.steps += 1
+        if self.on_step is not None:
+            self.on_step(label)
+
+    def anchor(self, *parts: str) -> str:
+        """A unique element id built from ``parts``."""
+        base = "-".join(slug(p) for p in parts)
+        name, i = base, 2
+        while name in self._anchors:
+            name, i = f"{base}-{i}", i + 1
+        self._anchors.add(name)
+        return name
+
+    def plot(self, fig: go.Figure) -> str:
+        """The HTML of an interactive figure (plotly.js itself is inlined once, in the head)."""
+        height = int(fig.layout.height or 500)
+        div = pio.to_html(fig, full_html=False, include_plotlyjs=False, config=PLOTLY_CONFIG,
+                          div_id=f"sb-plot-{next(self._ids)}", default_width="100%", default_height=f"{height}px",
+                          validate=False)
+        return f'<div class="sb-plot">{div}</div>'
+
+    def link(self, path: Path) -> str:
+        """A relative link to a file written under :attr:`out_dir`, labelled by its format."""
+        rel = path.resolve().relative_to(self.out_dir.resolve()).as_posix()
+        return f'<a href="{esc(quote(rel))}">{esc(path.suffix[1:].upper())}</a>'
+
+    def static_figure(self, fig, stem: Path) -> str:
+        """Save a matplotlib figure in every format; returns the links."""
+        if not self.figure_formats:
+            import matplotlib.pyplot as plt
+
+            plt.close(fig)
+            return ""
+        paths = save_figure_formats(fig, stem, self.figure_formats)
+        return f'<p class="sb-files">Figure: {" · ".join(self.link(p) for p in paths)}</p>'
+
+    def table(self, frame: pd.DataFrame, stem: Path, caption: str, what: str = "Table") -> str:
+        """Write ``frame`` as CSV, Markdown and LaTeX; returns the links."""
+        paths = write_table(frame, stem, caption=caption)
+        return f'<p class="sb-files">{esc(what)}: {" · ".join(self.link(p) for p in paths)}</p>'
+
+
+# ---------------------------------------------------------------------------- registry
+class Section:
+    """Base class of report sections (see the module docstring)."""
+
+    key: ClassVar[str] = ""
+    title: ClassVar[str] = ""
+    #: ``"testbed"``: rendered for each testbed; ``"report"``: once, after the testbeds.
+    scope: ClassVar[str] = "testbed"
+
+    def available(self, ctx: ReportContext, tb: TestbedReport | None) -> bool:
+        """Whether the section has data to show (it is left out otherwise)."""
+        return True
+
+    def render(self, ctx: ReportContext, tb: TestbedReport | None) -> list[Rendered]:
+        raise NotImplementedError
+
+
+_SECTIONS: dict[str, type[Section]] = {}
+
+
+def register_section(cls: type[Section]) -> type[Section]:
+    """Class decorator: add a section to the report (in registration order)."""
+    if not cls.key or cls.scope not in ("testbed", "report"):
+        raise ConfigError(f"{cls.__name__}: a section needs a key and scope 'testbed' or 'report'")
+    _SECTIONS[cls.key] = cls
+    return cls
+
+
+def list_sections() -> dict[str, type[Section]]:
+    """The registered sections, in page order."""
+    return dict(_SECTIONS)
+
+
+def section_html(anchor: str, title: str, body: str, level: int = 3) -> str:
+    return (f'<section class="sb-section" id="{esc(anchor)}"><h{level}>{esc(title)}</h{level}>'
+            f"{body}</section>")
+
+
+def small_table(frame: pd.DataFrame, numeric: dict[str, str]) -> str:
+    """A static HTML table (every cell escaped); ``numeric`` maps columns to format specs."""
+    head = "".join(f'<th class="{"num" if c in numeric else ""}">{esc(c)}</th>' for c in frame.columns)
+    body = []
+    for row in frame.itertuples(index=False):
+        cells = []
+        for c, v in zip(frame.columns, row):
+            if c in numeric:
+                text = "" if v is None or (isinstance(v, float) and not np.isfinite(v)) else format(v, numeric[c])
+                cells.append(f'<td class="num">{esc(text)}</td>')
+            else:
+                cells.append(f"<td>{esc(v)}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f'<table class="sb-small"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+
+
+# ---------------------------------------------------------------------------- testbed sections
+@register_section
+class OverviewSection(Section):
+    """Counts, the fitted trends of every shift, and the shifts this testbed has no data for."""
+
+    key, title = "overview", "Overview"
+
+    def render(self, ctx: ReportContext, tb: TestbedReport | None) -> list[Rendered]:
+        assert tb is not None
+        t = tb.testbed
+        types = t.model_types.value_counts()
+        parts = [f"<p>{len(t)} models, {len(t.settings)} settings; model types: "
+                 + ", ".join(f"{esc(k)} {v}" for k, v in types.items()) + ".</p>",
+                 f'<p class="sb-note">Trends are fitted in {esc(ctx.scale)} space on the STANDARD models '
+                 f"(Taori et al. 2020); bands are pointwise 95% bootstrap bands from {ctx.n_resamples} resamples; "
+                 "error bars are 99.5% Clopper–Pearson intervals; effective robustness is in percentage points "
+                 "(pp).</p>"]
+        fits = fits_table(tb.analyses)
+        if len(fits):
+            parts.append(small_table(fits, {"slope": ".3f", "intercept": ".3f", "r2": ".3f", "n_models": "d",
+                                            "n_skipped": "d"}))
+            parts.append(ctx.table(fits, tb.dir / "fits", f"Trend fits on {t.name}", "Fits"))
+        if tb.missing:
+            parts.append('<p class="sb-note">Not in this testbed: ' + "; ".join(
+                f"{esc(a.shift.label)} (no setting <code>{esc(_missing_setting(t, a))}</code>)"
+                for a in tb.missing) + ".</p>")
+        anchor = ctx.anchor(tb.anchor, self.key)
+        return [Rendered(self.title, anchor, section_html(anchor, self.title, "".join(parts)))]
+
+
+def _missing_setting(t: Testbed, a: ShiftAnalysis) -> str:
+    return next(s for s in (a.shift.x, a.shift.y) if s not in t.settings)
+
+
+@register_section
+class ShiftSections(Section):
+    """Per shift: the interactive scatter with its trend, the fit, and the top models; a shift
+    whose trend cannot be fitted shows why (and its points, if any)."""
+
+    key, title = "shifts", "Natural distribution shifts"
+    top = 5
+
+    def available(self, ctx: ReportContext, tb: TestbedReport | None) -> bool:
+        return tb is not None and bool(tb.analysed)
+
+    def render(self, ctx: ReportContext, tb: TestbedReport | None) -> list[Rendered]:
+        assert tb is not None
+        out = []
+        for a in tb.analysed:
+            ctx.step(f"{tb.testbed.name}: drawing {a.shift.label}")
+            anchor = ctx.anchor(tb.anchor, a.shift.slug)
+            title = f"{a.shift.label}: {a.shift.y} vs {a.shift.x}"
+            out.append(Rendered(a.shift.label, anchor, section_html(anchor, title, self._body(ctx, tb, a))))
+        return out
+
+    def _body(self, ctx: ReportContext, tb: TestbedReport, a: ShiftAnalysis) -> str:
+        t, shift = tb.testbed, a.shift
+        frame, skipped = t.paired(shift.x, shift.y)
+        parts = []
+        if a.fit is None:
+            parts.append(f'<p class="sb-reason">No trend fitted: {esc(str(a.error).rstrip("."))}.</p>')
+            if len(frame):
+                fig = trend_figure(frame, x=shift.x, y=shift.y, title=f"{shift.label} ({t.name})", scale=ctx.scale)
+                parts.append(ctx.plot(fig))
+            else:
+                parts.append('<p class="sb-note">No model has both accuracies.</p>')
+            return "".join(parts)
+        f = a.fit
+        ty, tx = ("y", "x") if f.scale == "linear" else (f"{f.scale}(y)", f"{f.scale}(x)")
+        if f.kind == "piecewise":
+            pivot_model = next((m for m in shift.pivot if m in t.models), "the pivot")
+            desc = (f"Piecewise trend for an adversarially filtered set: a continuous hinge at {esc(pivot_model)}'s "
+                    f"in-distribution accuracy ({f.pivot:.2f}%), slope {f.slope_below:.3f} below and "
+                    f"{f.slope:.3f} above the pivot")
+        else:
+            desc = f"Fit: {ty} = {f.slope:.3f} {tx} {f.intercept:+.3f}"
+        parts.append(f"<p>{desc} (r² {f.r2:.3f}, {f.n_models} standard models, {f.n_skipped} skipped for empty "
+                     f"cells). {len(frame)} models shown" + (f", {skipped} without both accuracies" if skipped else "")
+                     + ".</p>")
+        parts.append(ctx.plot(trend_figure(frame, x=shift.x, y=shift.y, title=f"{shift.label} ({t.name})",
+                                           fit=a.fit, band=a.band, er=a.er)))
+        if ctx.figure_formats:
+            fig = plot_trend(t, shift.x, shift.y, fit=a.fit, band=a.band, title=shift.label)
+            parts.append(ctx.static_figure(fig, tb.dir / shift.slug))
+        assert a.er is not None
+        best = most_effectively_robust(a.er, self.top).reset_index()
+        best = best[["model", "model_type", "x_acc", "y_acc", "effective_robustness", "er_low", "er_high"]]
+        parts.append(f"<h4>Most effectively robust (top {len(best)})</h4>")
+        parts.append(small_table(best.rename(columns={"effective_robustness": "ER (pp)", "er_low": "95% low",
+                                                      "er_high": "95% high", "x_acc": f"{shift.x} %",
+                                                      "y_acc": f"{shift.y} %"}),
+                                 {f"{shift.x} %": ".2f", f"{shift.y} %": ".2f", "ER (pp)": "+.2f",
+                                  "95% low": "+.2f", "95% high": "+.2f"}))
+        return "".join(parts)
+
+
+def _synthetic(ctx: ReportContext, tb: TestbedReport) -> tuple[pd.DataFrame, ShiftAnalysis, str] | None:
+    """Synthetic effective robustness and the natural shift it is compared with, cached per
+    testbed; ``None`` when the testbed has no corruption settings or no natural reference."""
+    if "synthetic" in tb.cache:
+        return tb.cache["synthetic"]  # type: ignore[return-value]
+    result = None
+    t = tb.testbed
+    x, settings = "val", corruption_settings(t, IMAGENET_C_PATTERN)
+    if not settings:
+        # <base>+<corruption>.<severity> settings of shiftbench eval on any dataset (e.g. the digits testbed)
+        generic = corruption_settings(t, r"^(?P<base>.+)\+(?P<corruption>[a-z_]+)\.(?P<severity>\d)$")
+        bases = {s.split("+")[0] for names in generic.values() for s in names}
+        if len(bases) == 1 and next(iter(bases)) in t.settings:
+            x, settings = next(iter(bases)), generic
+    candidates = [a for a in tb.analyses if a.er is not None and a.shift.x == x]
+    natural = next((a for a in candidates if a.shift.label == NATURAL_REFERENCE), candidates[0] if candidates else None)
+    if settings and natural is not None and x in t.settings:
+        try:
+            syn = synthetic_effective_robustness(t, x, settings, ctx.scale)
+            result = (syn, natural, x)
+        except ShiftbenchError:
+            result = None
+    tb.cache["synthetic"] = result
+    return result
+
+
+@register_section
+class SyntheticSection(Section):
+    """Effective robustness on synthetic corruptions vs on a natural shift (Taori et al. 2020,
+    §4): one point per non-standard model with Pearson r, and per corruption how well its
+    effective robustness predicts the natural one."""
+
+    key, title = "synthetic", "Synthetic vs natural robustness"
+
+    def available(self, ctx: ReportContext, tb: TestbedReport | None) -> bool:
+        return tb is not None and _synthetic(ctx, tb) is not None
+
+    def render(self, ctx: ReportContext, tb: TestbedReport | None) -> list[Rendered]:
+        assert tb is not None
+        syn, natural, x = _synthetic(ctx, tb)  # type: ignore[misc]
+        assert natural.er is not None
+        label = natural.shift.label
+        corr = corruption_correlations(syn, natural.er, exclude_types=STANDARD_LIKE)
+        frame = pd.DataFrame({"model_type": syn["model_type"], "synthetic_er": syn[SYNTHETIC],
+                              "natural_er": natural.er["effective_robustness"].reindex(syn.index)})
+        frame = frame[~frame["model_type"].isin(STANDARD_LIKE)].dropna()
+        overall = corr.iloc[0]
+        r = float(overall["pearson_r"]) if np.isfinite(overall["pearson_r"]) else None
+        n_settings = sum(len(v) for v in syn.attrs["settings"].values())
+        parts = [f"<p>Synthetic effective robustness is the mean, over {n_settings} corruption settings "
+                 f"({len(syn.attrs['settings'])} corruptions × their severities), of each setting's effective "
+                 f"robustness against <code>{esc(x)}</code> (a trend fitted on the standard models per setting). "
+                 f"One point per model of every type but {esc(', '.join(STANDARD_LIKE))} ({len(frame)} models); "
+                 f"natural effective robustness is on {esc(label)}."
+                 + (f" Pearson r = {r:.2f} (p = {overall['pearson_p']:.2g})." if r is not None
+                    else f" No correlation: {esc(overall['note'])}.") + "</p>"]
+        title = f"Synthetic vs natural effective robustness ({tb.testbed.name})"
+        parts.append(ctx.plot(synthetic_figure(frame, natural_label=label, r=r, title=title)))
+        parts.append(ctx.static_figure(plot_synthetic_vs_natural(frame, natural_label=label, r=r),
+                                       tb.dir / "synthetic_vs_natural"))
+        table = frame.reset_index().rename(columns={"natural_er": f"{label}_er"})
+        parts.append(ctx.table(table, tb.dir / "synthetic_vs_natural",
+                               f"Synthetic and {label} effective robustness (pp) on {tb.testbed.name}"))
+        parts.append("<h4>Which corruptions predict natural robustness?</h4>")
+        parts.append(f'<p class="sb-note">Pearson r between each corruption\'s effective robustness (mean over '
+                     f"its severities) and effective robustness on {esc(label)}, over the same models.</p>")
+        parts.append(ctx.plot(correlation_bars(corr, natural_label=label,
+                                               title=f"Per corruption: Pearson r with {label} ({tb.testbed.name})")))
+        parts.append(ctx.static_figure(plot_corruption_correlation(corr, natural_label=label),
+                                       tb.dir / "corruption_correlation"))
+        parts.append(ctx.table(corr, tb.dir / "corruption_correlation",
+                               f"Correlation of per-corruption and {label} effective robustness on {tb.testbed.name}"))
+        anchor = ctx.anchor(tb.anchor, self.key)
+        return [Rendered(self.title, anchor, section_html(anchor, self.title, "".join(parts)))]
+
+
+@register_section
+class ModelTableSection(Section):
+    """Every model with its in-distribution accuracy and effective robustness on every shift:
+    sortable and filterable in the page, and written as CSV, Markdown and LaTeX."""
+
+    key, title = "models", "All models"
+
+    def render(self, ctx: ReportContext, tb: TestbedReport | None) -> list[Rendered]:
+        assert tb is not None
+        t = tb.testbed
+        id_setting = "val" if "val" in t.settings else next((a.shift.x for a in tb.analysed), None)
+        table = pd.DataFrame({"model": t.models, "model_type": list(t.model_types)}, index=t.models)
+        cols = [{"key": "model", "label": "model", "kind": "text"},
+                {"key": "model_type", "label": "type", "kind": "text", "filter": "select"}]
+        if id_setting is not None:
+            table[f"{id_setting}_acc"] = t.accuracies[id_setting]
+            cols.append({"key": f"{id_setting}_acc", "label": f"{id_setting} %", "kind": "num", "digits": 2,
+                         "title": f"In-distribution accuracy on {id_setting} (%)"})
+        for a in tb.analysed:
+            if a.er is None:
+                continue
+            key = f"er_{a.shift.slug}"
+            table[key] = a.er["effective_robustness"].reindex(t.models)
+            cols.append({"key": key, "label": f"ER {a.shift.label}", "kind": "num", "digits": 2, "signed": True,
+                         "title": f"Effective robustness (pp) on {a.shift.y} vs {a.shift.x}"})
+        syn = _synthetic(ctx, tb)
+        if syn is not None:
+            table["er_synthetic"] = syn[0][SYNTHETIC].reindex(t.models)
+            cols.append({"key": "er_synthetic", "label": "ER synthetic", "kind": "num", "digits": 2, "signed": True,
+                         "title": "Mean effective robustness over the corruption settings (pp)"})
+        rows = []
+        for rec in table[[c["key"] for c in cols]].itertuples(index=False):
+            rows.append([(None if not np.isfinite(v) else round(float(v), 2)) if c["kind"] == "num" else str(v)
+                         for c, v in zip(cols, rec)])
+        data_id = ctx.anchor(tb.anchor, "models-data")
+        n_er = sum(1 for c in cols if c["key"].startswith("er_"))
+        body = (f'<p class="sb-note">Click a column to sort (again to reverse); type to filter by model name or '
+                f"type. ER = effective robustness in percentage points against each shift's trend "
+                f"({n_er} columns).</p>"
+                f'<div class="sb-table" data-source="{esc(data_id)}"></div>'
+                f'<script type="application/json" id="{esc(data_id)}">{json_for_script({"columns": cols, "rows": rows})}'
+                "</script>")
+        body += ctx.table(table.reset_index(drop=True), tb.dir / "models",
+                          f"Models of {t.name}: in-distribution accuracy (%) and effective robustness (pp)")
+        anchor = ctx.anchor(tb.anchor, self.key)
+        return [Rendered(self.title, anchor, section_html(anchor, self.title, body))]
+
+
+class _DataSection(Section):
+    """A section shown only when its results exist (none of these have a stored form yet)."""
+
+    def available(self, ctx: ReportContext, tb: TestbedReport | None) -> bool:
+        return False
+
+
+@register_section
+class CompositingSection(_DataSection):
+    """Object-compositing heatmaps (SI-SCORE style: accuracy per object size, location and
+    rotation). Appears once compositing results are stored (issue 4)."""
+
+    key, title = "compositing", "Object compositing"
+
+
+@register_section
+class ResolutionSection(_DataSection):
+    """Resolution sweeps: accuracy per test resolution. Appears once sweeps are stored (issue 4)."""
+
+    key, title = "resolution", "Resolution sweeps"
+
+
+@register_section
+class TrajectorySection(_DataSection):
+    """Fine-tuning trajectories drawn over the trend. Appears once trajectories are stored (issue 7)."""
+
+    key, title = "fine-tuning", "Fine-tuning trajectories"
+
+
+# ---------------------------------------------------------------------------- report sections
+def calibration_rows(results: pd.DataFrame | None) -> pd.DataFrame:
+    """Rows of a results store with finite ECE, NLL and Brier score."""
+    cols = ["model", "setting", "accuracy", "ece", "nll", "brier", "n_examples"]
+    if results is None or results.empty or not {"ece", "nll", "brier"} <= set(results.columns):
+        return pd.DataFrame(columns=cols)
+    frame = results.copy()
+    for c in ("accuracy", "ece", "nll", "brier", "n_examples"):
+        frame[c] = pd.to_numeric(frame[c], errors="coerce")
+    frame = frame[np.isfinite(frame["ece"]) & np.isfinite(frame["accuracy"])]
+    frame["model"] = frame["model"].astype(str)
+    frame["setting"] = frame["setting"].astype(str)
+    return frame[cols].sort_values(["setting", "model"]).reset_index(drop=True)
+
+
+@register_section
+class CalibrationSection(Section):
+    """Calibration of the models in a results store (``--store``): expected calibration error
+    (Guo et al. 2017), NLL and Brier score per model and setting."""
+
+    key, title, scope = "calibration", "Calibration (results store)", "report"
+
+    def available(self, ctx: ReportContext, tb: TestbedReport | None) -> bool:
+        return len(calibration_rows(ctx.store_results)) > 0
+
+    def render(self, ctx: ReportContext, tb: TestbedReport | None) -> list[Rendered]:
+        rows = calibration_rows(ctx.store_results)
+        parts = [f"<p>{rows['model'].nunique()} models on {rows['setting'].nunique()} settings from the results "
+                 "store. ECE: expected calibration error over 15 equal-width confidence bins, in percent; NLL: "
+                 "negative log-likelihood of the true class; Brier: multi-class Brier score.</p>"]
+        parts.append(ctx.plot(calibration_figure(rows, title="Expected calibration error against accuracy")))
+        parts.append(ctx.static_figure(plot_calibration(rows), ctx.out_dir / "calibration"))
+        cols = [{"key": "model", "label": "model", "kind": "text"},
+                {"key": "setting", "label": "setting", "kind": "text", "filter": "select"},
+                {"key": "accuracy", "label": "accuracy %", "kind": "num", "digits": 2},
+                {"key": "ece", "label": "ECE %", "kind": "num", "digits": 2},
+                {"key": "nll", "label": "NLL", "kind": "num", "digits": 3},
+                {"key": "brier", "label": "Brier", "kind": "num", "digits": 4}]
+        data = [[r.model, r.setting, *(round(float(v), 4) if np.isfinite(v) else None
+                                       for v in (r.accuracy, r.ece, r.nll, r.brier))]
+                for r in rows.itertuples(index=False)]
+        data_id = ctx.anchor("calibration-data")
+        parts.append(f'<div class="sb-table" data-source="{esc(data_id)}"></div>'
+                     f'<script type="application/json" id="{esc(data_id)}">'
+                     f'{json_for_script({"columns": cols, "rows": data})}</script>')
+        parts.append(ctx.table(rows, ctx.out_dir / "calibration", "Calibration of the models in the results store"))
+        anchor = ctx.anchor(self.key)
+        return [Rendered(self.title, anchor, section_html(anchor, self.title, "".join(parts), level=2))]
+
+
+def render_sections(ctx: ReportContext, scope: str, tb: TestbedReport | None,
+                    keys: Iterable[str] | None = None) -> list[Rendered]:
+    """Render every registered section of ``scope`` that has data, in registry order."""
+    out: list[Rendered] = []
+    for key, cls in _SECTIONS.items():
+        if cls.scope != scope or (keys is not None and key not in keys):
+            continue
+        section = cls()
+        if section.available(ctx, tb):
+            out.extend(section.render(ctx, tb))
+    return out

@@ -1,0 +1,82 @@
+"""Tables for papers and notebooks: one DataFrame written as CSV, Markdown and LaTeX.
+
+CSV keeps full precision; Markdown (GitHub tables) and LaTeX (``booktabs``, via pandas'
+``to_latex``, which needs jinja2) round floats to ``digits`` places and escape the cells, so a
+model name such as ``vit_b_32`` or ``a|b`` comes out as text in both.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+
+from shiftbench.errors import ConfigError
+
+TABLE_FORMATS = (".csv", ".md", ".tex")
+
+
+_LATEX_SPECIAL = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
+                  "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}",
+                  "<": r"\textless{}", ">": r"\textgreater{}", "|": r"\textbar{}"}
+
+
+def latex_escape(text: str) -> str:
+    """Escape LaTeX's special characters in running text (e.g. a caption)."""
+    return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in str(text))
+
+
+def _cell(value: object, digits: int) -> str:
+    """A Markdown cell: floats rounded, ``|`` escaped, ``<``/``>`` as entities (so a renderer
+    that allows inline HTML still shows a name like ``<img ...>`` as text)."""
+    if isinstance(value, float):
+        return "" if math.isnan(value) else f"{value:.{digits}f}"
+    if isinstance(value, (list, tuple)):
+        value = ";".join(map(str, value))
+    text = str(value).replace("|", "\\|").replace("\n", " ")
+    return text.replace("<", "&lt;").replace(">", "&gt;")
+
+
+def markdown_table(frame: pd.DataFrame, digits: int = 2) -> str:
+    """``frame`` as a GitHub Markdown table (floats to ``digits`` places, ``|`` escaped)."""
+    cols = [str(c) for c in frame.columns]
+    lines = ["| " + " | ".join(_cell(c, digits) for c in cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    for row in frame.itertuples(index=False):
+        lines.append("| " + " | ".join(_cell(v, digits) for v in row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def latex_table(frame: pd.DataFrame, digits: int = 2, caption: str | None = None, label: str | None = None) -> str:
+    """``frame`` as a LaTeX ``table`` with a booktabs ``tabular``; every text cell, header and
+    the caption are escaped with :func:`latex_escape` (``<``, ``>``, ``|`` included, which the
+    default OT1 font encoding would otherwise print as other glyphs)."""
+    frame = frame.copy()
+    for c in frame.columns:
+        if not pd.api.types.is_numeric_dtype(frame[c]) or pd.api.types.is_bool_dtype(frame[c]):
+            frame[c] = frame[c].map(lambda v: "" if v is None or (isinstance(v, float) and math.isnan(v)) else
+                                    latex_escape(";".join(map(str, v)) if isinstance(v, (list, tuple)) else v))
+    frame.columns = [latex_escape(c) for c in frame.columns]
+    return frame.to_latex(index=False, escape=False, float_format=lambda v: f"{v:.{digits}f}", na_rep="",
+                          caption=None if caption is None else latex_escape(caption), label=label)
+
+
+def write_table(frame: pd.DataFrame, stem: str | Path, *, caption: str | None = None, digits: int = 2,
+                formats: Sequence[str] = TABLE_FORMATS) -> list[Path]:
+    """Write ``frame`` to ``stem.csv``, ``stem.md`` and ``stem.tex`` (or the given ``formats``);
+    returns the paths written."""
+    stem = Path(stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for ext in formats:
+        path = stem.with_name(stem.name + ext)
+        if ext == ".csv":
+            frame.to_csv(path, index=False)
+        elif ext == ".md":
+            path.write_text((f"{_cell(caption, digits)}\n\n" if caption else "") + markdown_table(frame, digits))
+        elif ext == ".tex":
+            path.write_text(latex_table(frame, digits, caption=caption))
+        else:
+            raise ConfigError(f"unknown table format {ext!r}; use one of {', '.join(TABLE_FORMATS)}")
+        paths.append(path)
+    return paths

@@ -1,0 +1,206 @@
+"""write_html_report / `shiftbench report`: one self-contained index.html, static figures and
+tables beside it, sections only where there is data, reasons where a trend cannot be fitted."""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+import base64  # noqa: E402
+import hashlib  # noqa: E402
+import re  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+from typer.testing import CliRunner  # noqa: E402
+
+import shiftbench as sb  # noqa: E402
+from report_testbed import CORRUPTIONS, ODD, V2, XSS, calibration_store, tiny_testbed  # noqa: E402
+from shiftbench import cli  # noqa: E402
+from shiftbench.analysis.synthetic import corruption_settings, synthetic_effective_robustness  # noqa: E402
+from shiftbench.errors import ConfigError  # noqa: E402
+from shiftbench.report import NATURAL_SHIFTS, ShiftPair, write_html_report  # noqa: E402
+from shiftbench.report.html import n_steps  # noqa: E402
+from shiftbench.report.sections import list_sections  # noqa: E402
+
+PNG, PDF = b"\x89PNG\r\n\x1a\n", b"%PDF"
+MB = 1_000_000
+SCRIPT = re.compile(r"<script(?: type=\"text/javascript\")?>(.*?)</script>", re.S)
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    root = tmp_path_factory.mktemp("html")
+    path = write_html_report([tiny_testbed()], root / "out", store=calibration_store(root / "store"), n_resamples=100)
+    return path, path.read_text(encoding="utf-8")
+
+
+def markup(document: str) -> str:
+    """The document without the bodies of its scripts (plotly.js, figures, table data)."""
+    return re.sub(r"(<script[^>]*>).*?(</script>)", r"\1\2", document, flags=re.S)
+
+
+def section(document: str, anchor: str) -> str:
+    start = document.index(f'id="{anchor}"')
+    end = document.find('<section class="sb-section"', start + 1)
+    return document[start:end if end > 0 else len(document)]
+
+
+def test_index_html_is_one_self_contained_file(report):
+    path, doc = report
+    assert path.name == "index.html" and doc.startswith("<!DOCTYPE html>")
+    tags = markup(doc)
+    # nothing to fetch: no external scripts, styles, images or frames
+    assert not re.search(r"<(script|link|img|iframe|object|embed)\b[^>]*\b(src|href)\s*=", tags, re.I)
+    assert not re.search(r"""\b(src|href)\s*=\s*["']?(https?:)?//""", tags, re.I)
+    # plotly.js inlined exactly once; every figure is drawn with it
+    assert doc.count("* plotly.js v") == 1
+    assert doc.count("Plotly.newPlot(") == 6
+
+
+def test_content_security_policy_allows_exactly_the_inline_scripts(report):
+    _, doc = report
+    csp = re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', doc).group(1).replace("&#x27;", "'")
+    assert "default-src 'none'" in csp and "connect-src 'none'" in csp and "unsafe-inline" not in csp.split(";")[1]
+    scripts = SCRIPT.findall(doc)
+    wanted = {"'sha256-" + base64.b64encode(hashlib.sha256(s.encode()).digest()).decode() + "'" for s in scripts}
+    assert set(re.findall(r"'sha256-[^']+'", csp)) == wanted
+
+
+def test_static_figures_are_written_as_png_svg_and_pdf(report):
+    path, _ = report
+    out = path.parent
+    for stem in ("tiny/imagenetv2", "tiny/imagenet-a", "tiny/synthetic_vs_natural", "tiny/corruption_correlation",
+                 "calibration"):
+        assert (out / f"{stem}.png").read_bytes()[:8] == PNG, stem
+        assert (out / f"{stem}.pdf").read_bytes()[:4] == PDF, stem
+        assert b"<svg" in (out / f"{stem}.svg").read_bytes()[:2000], stem
+    assert not (out / "tiny" / "imagenet-sketch.png").exists()      # no trend, no paper figure
+    assert 'href="tiny/imagenetv2.svg"' in report[1]
+
+
+def test_tables_are_written_as_csv_markdown_and_latex(report):
+    out = report[0].parent
+    for stem in ("fits", "models", "synthetic_vs_natural", "corruption_correlation"):
+        for ext in (".csv", ".md", ".tex"):
+            assert (out / "tiny" / f"{stem}{ext}").stat().st_size > 50, (stem, ext)
+    models = pd.read_csv(out / "tiny" / "models.csv", keep_default_na=False, na_values=[""])
+    assert len(models) == 15 and {XSS, ODD} <= set(models["model"])
+    assert list(models.columns) == ["model", "model_type", "val_acc", "er_imagenetv2", "er_imagenet-a", "er_synthetic"]
+    md = (out / "tiny" / "models.md").read_text()
+    assert "&lt;img src=x onerror=alert(1)&gt;" in md and "<img" not in md
+    tex = (out / "tiny" / "models.tex").read_text()
+    assert r"\begin{tabular}" in tex and r"\textless{}img src=x onerror=alert(1)\textgreater{}" in tex
+    assert r"a\&b" in tex and r"100\%" in tex and r"(\%)" in tex
+    cal = pd.read_csv(out / "calibration.csv")
+    assert list(cal.columns) == ["model", "setting", "accuracy", "ece", "nll", "brier", "n_examples"] and len(cal) == 5
+
+
+def test_model_names_are_escaped_everywhere(report):
+    _, doc = report
+    assert "<img" not in doc                                  # not in markup, JSON or plotly data
+    assert "onerror=alert(1)" in doc                         # ... but the name is there, escaped
+    tags = markup(doc)
+    assert "&lt;img src=x onerror=alert(1)&gt;" in tags       # top-5 tables, as text
+    # plotly receives the name HTML-escaped, so it draws text, not a tag
+    assert '"&lt;img src=x onerror=alert(1)&gt;"' in doc
+
+
+def test_a_shift_with_too_few_models_shows_the_reason_and_the_rest_renders(report):
+    _, doc = report
+    sketch = section(doc, "tb-tiny-imagenet-sketch")
+    assert 'class="sb-reason"' in sketch and "needs at least 3 models" in sketch and "STANDARD gave 2" in sketch
+    assert "plotly-graph-div" in sketch                       # its points are still drawn
+    for anchor in ("tb-tiny-imagenetv2", "tb-tiny-imagenet-a", "tb-tiny-models", "tb-tiny-synthetic", "calibration"):
+        assert f'id="{anchor}"' in doc
+
+
+def test_shifts_without_data_are_listed_not_drawn(report):
+    _, doc = report
+    assert "Not in this testbed: ObjectNet (no setting <code>val-on-objectnet-classes</code>)" in doc
+    assert 'id="tb-tiny-objectnet"' not in doc
+
+
+def test_imagenet_a_is_fitted_piecewise_around_resnet50(report):
+    _, doc = report
+    a = section(doc, "tb-tiny-imagenet-a")
+    assert "Piecewise trend" in a and "resnet50" in a and "pivot 86.10%" in a   # resnet50 on the A classes
+
+
+def test_sections_without_data_are_absent(report, tmp_path):
+    _, doc = report
+    registered = list_sections()
+    assert {"compositing", "resolution", "fine-tuning", "calibration", "synthetic"} <= set(registered)
+    for title in ("Object compositing", "Resolution sweeps", "Fine-tuning trajectories"):
+        assert title not in doc
+    # without a store there is no calibration, and without corruptions no synthetic section
+    tb = tiny_testbed().select(settings=["val", V2])
+    bare = write_html_report([tb], tmp_path, n_resamples=20, figure_formats=()).read_text()
+    assert 'id="calibration"' not in bare and "Synthetic vs natural" not in bare and "Calibration" not in bare
+    assert not list(tmp_path.rglob("*.png"))
+
+
+def test_each_testbed_can_have_its_own_shifts_and_progress_counts_every_step(tmp_path):
+    tb = tiny_testbed()
+    steps: list[str] = []
+    shifts = {"tiny": [ShiftPair("V2 only", "val", V2)]}
+    doc = write_html_report([tb], tmp_path, shifts=shifts, n_resamples=20, figure_formats=(),
+                            on_step=steps.append).read_text()
+    assert 'id="tb-tiny-v2-only"' in doc and "Not in this testbed" not in doc and 'id="tb-tiny-imagenet-a"' not in doc
+    assert len(steps) == n_steps([tb], shifts) == 4
+    steps.clear()
+    write_html_report([tb], tmp_path, n_resamples=20, figure_formats=(), on_step=steps.append)
+    assert len(steps) == n_steps([tb]) == 2 * len(NATURAL_SHIFTS) + 2
+
+
+def test_synthetic_effective_robustness_is_the_mean_over_corruption_settings():
+    tb = tiny_testbed()
+    assert corruption_settings(tb) == {"fog": CORRUPTIONS[:2], "snow": CORRUPTIONS[2:]}
+    syn = synthetic_effective_robustness(tb)
+    ers = [sb.effective_robustness("val", s, testbed=tb, n_resamples=0)["effective_robustness"] for s in CORRUPTIONS]
+    np.testing.assert_allclose(syn["synthetic_er"], sum(ers) / 3)
+    np.testing.assert_allclose(syn["fog"], (ers[0] + ers[1]) / 2)
+    assert (syn["n_settings"] == 3).all()
+
+
+@pytest.mark.parametrize("name", ["imagenet-reference", "timm-reference"])
+def test_reference_testbed_report_is_under_15_mb(name, tmp_path):
+    tb = sb.load_testbed(name)
+    path = write_html_report([tb], tmp_path, n_resamples=50, figure_formats=())
+    size = path.stat().st_size
+    assert size < 15 * MB, f"{name}: {size / MB:.1f} MB"
+    doc = path.read_text()
+    fitted = 9 if name == "imagenet-reference" else 4
+    extra = 2 if name == "imagenet-reference" else 0           # synthetic scatter + per-corruption bars
+    assert doc.count("Plotly.newPlot(") == fitted + extra
+    assert doc.count('class="sb-reason"') == 0
+
+
+def test_cli_report_writes_index_html(tmp_path):
+    csv = tiny_testbed().save(tmp_path / "mine.csv")
+    store = calibration_store(tmp_path / "store")
+    res = CliRunner().invoke(cli.app, ["report", "--testbed", str(csv), "--store", str(store),
+                                       "-o", str(tmp_path / "rep"), "--resamples", "50"])
+    assert res.exit_code == 0, res.output
+    index = tmp_path / "rep" / "index.html"
+    assert f"report: {index.resolve()}" in res.output
+    doc = index.read_text()
+    assert 'id="calibration"' in doc and "mine (15 models)" in doc
+
+
+def test_report_refuses_bad_input(tmp_path):
+    with pytest.raises(ConfigError, match="at least one testbed"):
+        write_html_report([], tmp_path)
+    with pytest.raises(ConfigError, match="no results store"):
+        write_html_report([tiny_testbed()], tmp_path, store=tmp_path / "nope")
+    with pytest.raises(ConfigError, match="scale"):
+        write_html_report([tiny_testbed()], tmp_path, scale="logti")
+    with pytest.raises(ConfigError, match="figure format"):
+        write_html_report([tiny_testbed()], tmp_path, figure_formats=(".jpg",))
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ConfigError, match="is a file"):
+        write_html_report([tiny_testbed()], tmp_path / "file")
+    res = CliRunner().invoke(cli.app, ["report", "--testbed", "imagenet-refrence", "-o", str(tmp_path / "r")])
+    assert res.exit_code != 0 and isinstance(res.exception, ConfigError) and "did you mean" in str(res.exception)
