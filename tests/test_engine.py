@@ -283,3 +283,33 @@ def test_real_efficientnet_lite0_recognises_real_photos_through_the_engine(tmp_p
     preds = predictions(tmp_path / "store").set_index("id")
     assert 285 in preds.loc[f"{WNIDS[285]}/chelsea.JPEG", "top5"]
     assert preds.loc[f"{WNIDS[967]}/coffee.JPEG", "pred"] == 967
+
+
+# ---------------------------------------------------------------------------- synthetic shifts
+def test_every_shift_reuses_one_decode_and_results_do_not_depend_on_batch_size(val, tmp_path, monkeypatch):
+    from shiftbench.datasets.base import FileDataset
+
+    monkeypatch.syspath_prepend(str(FIXTURES))
+    decoded = []
+    original = FileDataset.load
+    monkeypatch.setattr(FileDataset, "load", lambda self, i: decoded.append(i) or original(self, i))
+    settings = ["val", "val+spatter.3", "val+brightness.5", "greyscale"]
+    a = run(val, settings, tmp_path / "s1", batch_size=4, model="python:oracle_models:oracle32")
+    assert len(decoded) == 7                                  # 7 files, decoded once for 4 settings
+    b = run(val, settings, tmp_path / "s2", batch_size=2, model="python:oracle_models:oracle32")
+    pd.testing.assert_frame_equal(predictions(tmp_path / "s1").sort_values(["id", "pred"]).reset_index(drop=True),
+                                  predictions(tmp_path / "s2").sort_values(["id", "pred"]).reset_index(drop=True))
+    assert a.loc["val+spatter.3", "accuracy"] == b.loc["val+spatter.3", "accuracy"]
+    # brightness at severity 5 lifts every colour: the colour oracle must fail
+    assert a.loc["val+brightness.5", "accuracy"] < a.loc["val", "accuracy"]
+    keys = Store(tmp_path / "s1").results().set_index("setting")
+    assert keys.loc["val+spatter.3", "shift"] == "spatter.3" and pd.isna(keys.loc["val", "shift"])
+
+
+def test_unknown_shift_or_severity_in_a_setting_is_a_config_error():
+    from shiftbench.settings import get_setting
+
+    with pytest.raises(ConfigError, match="did you mean 'spatter'"):
+        get_setting("val+spater.3")
+    with pytest.raises(ConfigError, match="severity 7"):
+        get_setting("cifar10+contrast.7")

@@ -160,8 +160,11 @@ def custom_setting(name: str) -> Setting:
 def parse_shift(text: str) -> tuple[str, int | None]:
     """``gaussian_noise.3`` -> ('gaussian_noise', 3); ``greyscale`` / ``pgd.linf.eps2`` -> (name, None);
     validated against the shift registry."""
-    from shiftbench.shifts import get_shift
+    from shiftbench.shifts import get_shift, list_shifts
 
+    if text in list_shifts():                 # names with dots and digits: pgd.l2.eps0.5
+        get_shift(text, None)
+        return text, None
     head, _, tail = text.rpartition(".")
     name, severity = (head, int(tail)) if head and tail.isdigit() else (text, None)
     get_shift(name, severity)

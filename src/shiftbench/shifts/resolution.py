@@ -1,0 +1,133 @@
+"""Resolution sweep: a model's accuracy as a function of its test resolution.
+
+Touvron et al. 2019 ("Fixing the train-test resolution discrepancy", FixRes) show that the
+usual pipeline -- ``RandomResizedCrop`` at train time, resize + centre crop at test time --
+makes objects look *larger* at test time than during training, so a model is often more
+accurate when tested at a *higher* resolution than it was trained at (and worse below it).
+:func:`resolution_sweep` measures that curve: the model is evaluated at each test resolution
+``r`` (the side of the centre crop fed to the network) with
+
+* ``adjust_resize_ratio=True`` (default): ``resize = round(r / crop_pct)``, keeping the model's
+  own resize-to-crop ratio (timm's ``crop_pct``, 0.875 for the classic 256 -> 224), so the
+  crop shows the same part of the image at every resolution and only the apparent object size
+  (in pixels) changes;
+* ``adjust_resize_ratio=False``: ``resize = r`` (the crop is the whole centre square).
+
+Interpolation, mean and std stay the model's own. At the model's native input size and with
+the adjustment, the preprocessing is exactly the model's, so that row reproduces its ordinary
+result. Each resolution is stored under its own model name ``<name>@res<r>`` (and its own
+preprocessing), so the store keeps the points apart and a finished point is not recomputed.
+Networks with global pooling take any resolution; models with a fixed input size (e.g. many
+ViTs) fail at the others, and those rows carry the error instead of a number.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from shiftbench.errors import ConfigError, ShiftbenchError
+
+RESOLUTIONS = (64, 128, 224, 288, 320, 384, 512, 768)
+COLUMNS = ["model", "resolution", "input_size", "resize", "crop_pct", "accuracy", "top5", "n_examples", "best"]
+
+
+def resolution_preprocessing(base: Any, resolution: int, adjust_resize_ratio: bool = True) -> Any:
+    """``base`` (a :class:`~shiftbench.models.Preprocessing`) at test resolution ``resolution``.
+
+    >>> from shiftbench.models import Preprocessing
+    >>> p = resolution_preprocessing(Preprocessing(input_size=224, resize=256), 288)
+    >>> p.input_size, p.resize
+    (288, 329)
+    >>> resolution_preprocessing(Preprocessing(), 288, adjust_resize_ratio=False).resize
+    288
+    """
+    if int(resolution) != resolution or resolution < 1:
+        raise ConfigError(f"resolution must be a positive integer, got {resolution!r}")
+    r = int(resolution)
+    if not adjust_resize_ratio:
+        resize = r
+    elif r == base.input_size:
+        resize = base.resize
+    else:
+        resize = max(r, round(r / base.crop_pct))
+    return dataclasses.replace(base, input_size=r, resize=resize)
+
+
+def resolution_sweep(
+    model: Any,
+    setting: str,
+    resolutions: Sequence[int] = RESOLUTIONS,
+    *,
+    data_root: str | Path = ".",
+    store: Any = None,
+    adjust_resize_ratio: bool = True,
+    load_kwargs: Mapping[str, Any] | None = None,
+    **evaluate_kwargs: Any,
+) -> pd.DataFrame:
+    """Evaluate ``model`` on ``setting`` at each test resolution (module docstring).
+
+    Parameters
+    ----------
+    model:
+        A model spec (``timm:resnet50.a1_in1k``, ``python:mod:fn``, ...) or a loaded
+        :class:`~shiftbench.models.LoadedModel`; it is loaded once and re-wrapped per
+        resolution (same weights, new preprocessing, name ``<name>@res<r>``).
+    setting:
+        One evaluation setting (``val``, ``folder:<dir>``, ...).
+    resolutions:
+        Test resolutions (crop sides); default 64, 128, 224, 288, 320, 384, 512, 768.
+    data_root, store, evaluate_kwargs:
+        Passed to :func:`shiftbench.evaluate` (``batch_size``, ``limit``, ``device``, ...).
+    load_kwargs:
+        Passed to :func:`shiftbench.models.load_model` (``pretrained``, ``arch``, ...).
+
+    Returns
+    -------
+    DataFrame with one row per resolution: ``model, resolution, input_size, resize, crop_pct,
+    accuracy, top5, n_examples, best`` (``best`` marks the most accurate resolution, the
+    smallest on ties; ``.attrs["best_resolution"]`` holds it), plus ``error`` for resolutions
+    the model could not run at.
+    """
+    from shiftbench.engine.runner import evaluate
+    from shiftbench.models import LoadedModel, load_model
+    from shiftbench.store.store import DEFAULT_STORE
+
+    res = [int(r) for r in resolutions]
+    if not res or any(r < 1 or r != q for r, q in zip(res, resolutions)):
+        raise ConfigError(f"resolutions must be positive integers, got {tuple(resolutions)!r}")
+    if len(set(res)) != len(res):
+        raise ConfigError(f"resolutions has repeated values: {tuple(resolutions)!r}")
+    if not isinstance(setting, str):
+        raise ConfigError("resolution_sweep takes one setting name; loop over settings for several")
+    if model is None or not isinstance(model, str | LoadedModel):
+        raise ConfigError(f"model must be a spec string or a LoadedModel, got {type(model).__name__}")
+    base = model if isinstance(model, LoadedModel) else load_model(model, **dict(load_kwargs or {}))
+    evaluate_kwargs.setdefault("progress", False)
+    rows = []
+    for r in res:
+        pre = resolution_preprocessing(base.preprocessing, r, adjust_resize_ratio)
+        variant = dataclasses.replace(base, name=f"{base.name}@res{r}", preprocessing=pre,
+                                      metadata={**base.metadata, "test_resolution": r})
+        row: dict[str, Any] = {"model": variant.name, "resolution": r, "input_size": pre.input_size,
+                               "resize": pre.resize, "crop_pct": pre.crop_pct}
+        try:
+            out = evaluate(variant, setting, data_root=data_root, store=store or DEFAULT_STORE, **evaluate_kwargs)
+            row.update(out.iloc[0][["accuracy", "top5", "n_examples"]].to_dict())
+        except ShiftbenchError:
+            raise
+        except (RuntimeError, AssertionError, ValueError) as exc:  # a network that cannot take this input size
+            row.update(accuracy=float("nan"), top5=float("nan"), n_examples=0,
+                       error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    frame["best"] = False
+    scored = frame["accuracy"].notna()
+    if scored.any():
+        best = frame.loc[scored].sort_values(["accuracy", "resolution"], ascending=[False, True]).index[0]
+        frame.loc[best, "best"] = True
+        frame.attrs["best_resolution"] = int(frame.loc[best, "resolution"])
+    return frame[COLUMNS + [c for c in frame.columns if c not in COLUMNS]]
