@@ -295,6 +295,7 @@ def eval_cmd(
     force: Annotated[bool, typer.Option("--force", help="Recompute finished results.")] = False,
     device: Annotated[Optional[str], typer.Option("--device", help="cuda, cuda:1 or cpu (default: cuda if present).")] = None,
     chunk_size: Annotated[int, typer.Option("--chunk-size", help="Examples per stored part (the resume unit).")] = 1024,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of random shifts (reproducible per image).")] = 0,
     arch: Annotated[Optional[str], typer.Option("--arch", help="Architecture of a checkpoint: spec, e.g. "
                                                 "timm:resnet50 or torchvision:resnet50.")] = None,
     model_type: Annotated[Optional[str], typer.Option("--model-type", help="Override the model type "
@@ -308,7 +309,7 @@ def eval_cmd(
 
     kwargs = dict(data_root=data_root, data_dirs=_data_dirs(data_dir), store=store, batch_size=batch_size,
                   workers=workers, limit=limit, keep_logits=keep_logits, force=force, device=device,
-                  convention=convention, chunk_size=chunk_size, partial=partial, arch=arch, model_type=model_type)
+                  convention=convention, chunk_size=chunk_size, partial=partial, arch=arch, model_type=model_type, seed=seed)
     if executor == "ray":
         from shiftbench.engine.ray_executor import evaluate_ray
 
