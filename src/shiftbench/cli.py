@@ -415,22 +415,36 @@ def report_cmd(
     typer.echo(f"report: {path.resolve()}")
 
 
-def _offline_testbeds(output: Path) -> list:
-    """``(testbed, shifts)`` pairs the demo builds itself, reported beside the reference testbeds.
+def _offline_testbeds(output: Path, *, workspace: Path, data_dir: Path, models: str = "all",
+                      n_test: int | None = None, corruptions: str | None = None, n_resamples: int = 1000) -> list:
+    """The offline digits testbed (MNIST -> UCI digits, trained and evaluated live), as
+    ``(testbed, shifts)`` pairs reported beside the reference testbeds."""
+    from shiftbench.demo import run_digits_demo
 
-    Hook for the offline digits testbed (MNIST -> UCI digits, issue 5): once it exists, build or
-    load it here (e.g. ``Testbed.from_store`` of the demo's results store) and return it with
-    its own shift pairs, e.g. ``[(digits, [ShiftPair("UCI digits", "mnist-test", "uci-digits")])]``;
-    the HTML report then covers it with every section its data supports (its corruptions,
-    named ``<id setting>+<corruption>.<severity>``, feed the synthetic-vs-natural section).
-    """
-    return []
+    res = run_digits_demo(workspace, output, data_dir=data_dir, models=models, n_test=n_test,
+                          corruptions=corruptions, n_resamples=n_resamples, console=err)
+    typer.echo(f"digits testbed: {len(res['models'])} models ({len(res['trained'])} trained now), "
+               f"{res['times']['total']:.1f} s; report: {Path(res['report']).resolve()}")
+    typer.echo("digits stage times: " + ", ".join(f"{k} {v:.1f} s" for k, v in res["times"].items()))
+    with open(output / "summary.md", "a") as fh:
+        fh.write("\n## The digits testbed\n\nTrained and evaluated on this machine: [digits.md](digits.md).\n")
+    return [(res["testbed"], res["shifts"])]
 
 
 # ---------------------------------------------------------------------------- demo
 @app.command("demo")
 def demo_cmd(output: Annotated[Path, typer.Option("--output", "-o", help="Report directory.")] = Path("shiftbench-report"),
-             n_resamples: Annotated[int, typer.Option("--resamples", help="Bootstrap resamples per band.")] = 1000) -> None:
+             n_resamples: Annotated[int, typer.Option("--resamples", help="Bootstrap resamples per band.")] = 1000,
+             digits: Annotated[bool, typer.Option("--digits/--no-digits", help="Also train and evaluate the offline "
+                                                  "digits testbed.")] = True,
+             workspace: Annotated[Path, typer.Option("--workspace", help="Digits testbed workspace (model cache, store).")]
+             = Path("shiftbench-workspace/digits"),
+             data_dir: Annotated[Path, typer.Option("--data-dir", help="Where `make demo-data` put MNIST.")]
+             = Path("shiftbench-data"),
+             models: Annotated[str, typer.Option("--models", help="all or small.")] = "all",
+             n_test: Annotated[Optional[int], typer.Option("--n-test", help="Test digits per setting.")] = None,
+             corruptions: Annotated[Optional[str], typer.Option("--corruptions", help="Comma-separated corruptions, "
+                                                                "or all.")] = None) -> None:
     """Analyse every natural shift of both reference testbeds; write summary.md and index.html."""
     from shiftbench.report import NATURAL_SHIFTS, write_report
     from shiftbench.reference import load_testbed
@@ -452,7 +466,8 @@ def demo_cmd(output: Annotated[Path, typer.Option("--output", "-o", help="Report
                f"{time.perf_counter() - start:.1f} s")
     typer.echo(f"report: {summary.resolve()}")
     start = time.perf_counter()
-    offline = _offline_testbeds(output)
+    offline = (_offline_testbeds(output, workspace=workspace, data_dir=data_dir, models=models, n_test=n_test,
+                                 corruptions=corruptions, n_resamples=n_resamples) if digits else [])
     shifts = {tb.name: NATURAL_SHIFTS for tb in testbeds} | {tb.name: list(s) for tb, s in offline}
     index = _html_report(testbeds + [tb for tb, _ in offline], output, store=None, n_resamples=n_resamples,
                          shifts=shifts)
