@@ -468,6 +468,7 @@ def demo_cmd(output: Annotated[Path, typer.Option("--output", "-o", help="Report
     start = time.perf_counter()
     offline = (_offline_testbeds(output, workspace=workspace, data_dir=data_dir, models=models, n_test=n_test,
                                  corruptions=corruptions, n_resamples=n_resamples) if digits else [])
+    start = time.perf_counter()
     shifts = {tb.name: NATURAL_SHIFTS for tb in testbeds} | {tb.name: list(s) for tb, s in offline}
     index = _html_report(testbeds + [tb for tb, _ in offline], output, store=None, n_resamples=n_resamples,
                          shifts=shifts)
