@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +31,7 @@ from shiftbench.demo.archs import DIGIT_NAMES
 from shiftbench.demo.data import DigitsData, build_digits
 from shiftbench.errors import DataError
 from shiftbench.settings import Setting, register_setting
+from shiftbench.store.store import atomic_write
 
 DATA_DIR = "digits"
 DATA_FILE = "digits.npz"
@@ -123,18 +122,11 @@ def write_prepared(digits: DigitsData, path: Path, digest: str) -> dict:
         "uci_ids": np.array([f"uci/{i:04d}" for i in order]),
         "test_uci_pipeline_x": digits.test_uci_pipeline_x,
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".digits.", suffix=".npz.tmp")
-    os.close(fd)
-    try:
+    def write(tmp: str) -> None:
         with open(tmp, "wb") as fh:
             np.savez(fh, meta=np.array(json.dumps(meta)), **arrays)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+
+    atomic_write(path, write)
     return meta
 
 

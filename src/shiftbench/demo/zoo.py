@@ -32,13 +32,13 @@ import contextvars
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from shiftbench.errors import ConfigError, DataError
+from shiftbench.store.store import atomic_write
 
 DEFAULT_WORKSPACE = Path("shiftbench-workspace") / "digits"
 WORKSPACE_ENV = "SHIFTBENCH_DIGITS_WORKSPACE"
@@ -188,17 +188,7 @@ def sha256_file(path: Path) -> str:
 
 
 def _atomic(path: Path, write) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(path, write)
 
 
 def _corrupted(workspace: Path | str, m: ZooModel, why: str) -> DataError:

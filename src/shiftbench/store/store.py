@@ -61,18 +61,25 @@ def _atomic_write_bytes(path: Path, data: bytes) -> None:
         raise
 
 
-def _atomic_write_parquet(path: Path, table: pa.Table) -> None:
+def atomic_write(path: Path, write: Any) -> None:
+    """Write ``path`` via ``write(tmp_path)`` to a temporary sibling, fsync, and atomically rename;
+    a crash leaves at most an ignored ``*.tmp`` file."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
-        pq.write_table(table, tmp, compression="zstd")
+        write(tmp)
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _atomic_write_parquet(path: Path, table: pa.Table) -> None:
+    atomic_write(path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
 
 
 class Store:
