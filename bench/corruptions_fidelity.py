@@ -203,7 +203,7 @@ def main() -> None:
     hdr = (f"{'corruption':18s} {'sev':>3s} {'kind':6s} {'pixels: ours vs ref':>32s} {'acc ref':>8s} {'ref u8':>7s} "
            f"{'acc ours':>8s} {'delta':>6s} {'vs u8':>6s}" + (f" {'|ref-ref2|':>10s}" if args.floor else "") + "  note")
     print("\n" + hdr)
-    rows = []
+    rows, replayed = [], []
     for name in names:
         for s in args.severities:
             shift = get_shift(name, s)
@@ -227,6 +227,7 @@ def main() -> None:
                     mad = (rep - ref_float).abs().mean().item() * 255
                     acc_rep = (top1(rep) == labels).float().mean().item() * 100
                     note = f"replayed draws: pixels {mad:.2e}, acc {acc_rep:.1f} (delta {acc_rep - acc_ref:+.1f})"
+                    replayed.append(acc_rep - acc_ref)
                 else:
                     note = "own draws only (the reference's cannot be replayed)"
             else:
@@ -260,6 +261,9 @@ def main() -> None:
         print(f"random (different draws): mean |delta| {np.abs(rnd).mean():.2f}, max {np.abs(rnd).max():.1f}"
               + (f"; reference vs itself with other draws: mean {np.nanmean([r[4] for r in rows if r[2]]):.2f}, "
                  f"max {np.nanmax([r[4] for r in rows if r[2]]):.1f}" if args.floor else ""))
+    if replayed:
+        print(f"random with the reference's draws replayed ({len(replayed)} cells): mean |delta| "
+              f"{np.abs(replayed).mean():.2f}, max {np.abs(replayed).max():.1f}")
     print(f"targets: |delta| <= 1.5 per cell, <= 0.5 on average; {time.time() - t_start:.0f} s, "
           f"load average {os.getloadavg()[0]:.2f}")
 
