@@ -52,6 +52,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from shiftbench.errors import ConfigError
+from shiftbench.shifts.corruptions._common import boundary_index, pad2d
 from shiftbench.shifts.base import Shift, image_generator, register_shift
 
 BRIGHTNESS = (0.1, 0.2, 0.3, 0.4, 0.5)
@@ -94,30 +95,9 @@ def to_uint8(x: Any) -> Any:
     return torch.round(x.clamp(0, 1) * 255).to(torch.uint8)
 
 
-def _boundary_index(n: int, pad_before: int, pad_after: int, mode: str, device: Any) -> Any:
-    """Source indices of a padded axis; ``mode`` as in scipy.ndimage ('reflect' = half-sample
-    symmetric ``d c b a | a b c d``, 'nearest' = edge replication, 'mirror' = ``d c b | a b c d``)."""
-    import torch
-
-    i = torch.arange(-pad_before, n + pad_after, device=device)
-    if mode == "nearest":
-        return i.clamp(0, n - 1)
-    if mode == "reflect":
-        j = i.remainder(2 * n)
-        return torch.where(j >= n, 2 * n - 1 - j, j)
-    if mode == "mirror":
-        if n == 1:
-            return torch.zeros_like(i)
-        j = i.remainder(2 * n - 2)
-        return torch.where(j >= n, 2 * n - 2 - j, j)
-    raise ValueError(mode)
-
-
 def pad(x: Any, ph: tuple[int, int], pw: tuple[int, int], mode: str) -> Any:
     """Pad the last two axes of ``x`` with scipy's boundary ``mode`` (any pad width)."""
-    h, w = x.shape[-2:]
-    x = x.index_select(-2, _boundary_index(h, ph[0], ph[1], mode, x.device))
-    return x.index_select(-1, _boundary_index(w, pw[0], pw[1], mode, x.device))
+    return pad2d(x, ph[0], ph[1], pw[0], pw[1], mode)
 
 
 @functools.lru_cache(maxsize=64)
@@ -128,7 +108,7 @@ def filter_matrix(n: int, kernel: tuple[float, ...], mode: str) -> Any:
     import torch
 
     r = len(kernel) // 2
-    src = _boundary_index(n, r, r, mode, "cpu").numpy()
+    src = boundary_index(n, r, r, mode, "cpu").numpy()
     m = np.zeros((n, n))
     rows = np.arange(n)
     for j, kj in enumerate(kernel):
