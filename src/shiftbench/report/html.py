@@ -90,7 +90,7 @@ def _testbed_dirname(name: str, taken: set[str]) -> str:
     return out
 
 
-def _store_results(store: str | Path | None):
+def _open_store(store: str | Path | None):
     if store is None:
         return None
     from shiftbench.store import Store
@@ -98,7 +98,7 @@ def _store_results(store: str | Path | None):
     path = Path(store)
     if not path.is_dir():
         raise ConfigError(f"{path}: no results store there; pass the --store directory that `shiftbench eval` wrote")
-    return Store(path).results()
+    return Store(path)
 
 
 Shifts = Sequence[ShiftPair] | Mapping[str, Sequence[ShiftPair]]
@@ -212,7 +212,9 @@ def write_html_report(
     if out.exists() and not out.is_dir():
         raise ConfigError(f"{out}: is a file; give a directory for the report (-o DIR)")
     out.mkdir(parents=True, exist_ok=True)
-    ctx = ReportContext(out_dir=out, testbeds=[], store_results=_store_results(store), scale=scale,
+    opened = _open_store(store)
+    ctx = ReportContext(out_dir=out, testbeds=[], store_results=opened.results() if opened else None, store=opened,
+                        scale=scale,
                         n_resamples=n_resamples, seed=seed, figure_formats=tuple(figure_formats), on_step=on_step)
     _analyse(ctx, testbeds, shifts)
     document = _document(title, _body(ctx, title))

@@ -39,6 +39,7 @@ from shiftbench.report.figures import (
 from shiftbench.report.interactive import calibration_figure, correlation_bars, synthetic_figure, trend_figure
 from shiftbench.report.shifts import ShiftAnalysis, fits_table
 from shiftbench.report.tables import write_table
+from shiftbench.store import Store
 from shiftbench.testbed import Testbed
 
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True,
@@ -102,6 +103,8 @@ class ReportContext:
     out_dir: Path
     testbeds: list[TestbedReport]
     store_results: pd.DataFrame | None = None
+    #: The results store passed with ``--store`` (its studies: trajectories, sweeps, ...), if any.
+    store: Store | None = None
     scale: str = "logit"
     n_resamples: int = 1000
     seed: int = 0

@@ -8,6 +8,10 @@ Layout of a store directory (default ``./shiftbench-results``)::
     logits/pass=<pass>/part-<c>.parquet   float16 logits of a forward pass (``--keep-logits``)
     done/<key>.json                       the finished result: accuracy, top-5, counts, skipped
     runs/<run>.json                       run metadata (versions, device, preprocessing, time)
+    studies/<kind>/<name>.parquet         results of studies beyond one accuracy per key (fine-tuning
+                                          trajectories, resolution sweeps, compositing, similarity),
+                                          long-form tables the report reads; ``<name>.json`` beside
+                                          each holds its metadata
     shiftbench.duckdb                     views over all of the above, for SQL
 
 Every file is written to a temporary name in the same directory, fsynced and atomically
@@ -183,6 +187,49 @@ class Store:
 
     def runs(self) -> pd.DataFrame:
         return pd.DataFrame([self._read_json(p) for p in sorted((self.root / "runs").glob("*.json"))])
+
+    # ------------------------------------------------------------------ studies
+    def _study_path(self, kind: str, name: str) -> Path:
+        for what, value in (("study kind", kind), ("study name", name)):
+            if not value or "/" in value or value.startswith(".") or "\\" in value:
+                raise StoreError(f"{what} {value!r}: use a plain name without '/' or a leading '.'")
+        return self.root / "studies" / kind / f"{name}.parquet"
+
+    def write_study(self, kind: str, name: str, frame: pd.DataFrame,
+                    meta: Mapping[str, Any] | None = None) -> Path:
+        """Store (replace, atomically) the long-form table ``frame`` of study ``name`` of ``kind``
+        (e.g. ``"trajectory"``, ``"resolution"``, ``"compositing"``) with optional metadata."""
+        path = self._study_path(kind, name)
+        table = pa.Table.from_pandas(frame.reset_index(drop=True), preserve_index=False)
+        _atomic_write_parquet(path, table)
+        _atomic_write_bytes(path.with_suffix(".json"),
+                            json.dumps({**dict(meta or {}), "kind": kind, "name": name, "written": time.time()},
+                                       sort_keys=True, default=str, indent=1).encode())
+        return path
+
+    def study_names(self, kind: str) -> list[str]:
+        """Names of the stored studies of ``kind`` (sorted)."""
+        return sorted(p.stem for p in (self.root / "studies" / kind).glob("*.parquet"))
+
+    def read_study(self, kind: str, name: str) -> pd.DataFrame:
+        """One stored study's table (a :class:`StoreError` naming the file if it is missing)."""
+        path = self._study_path(kind, name)
+        if not path.exists():
+            have = ", ".join(self.study_names(kind)) or "none"
+            raise StoreError(f"{path}: no {kind} study named {name!r} in this store (stored: {have})")
+        try:
+            return pq.read_table(path).to_pandas()
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise StoreError(f"{path}: unreadable ({exc}); delete it and rerun the study") from exc
+
+    def study_meta(self, kind: str, name: str) -> dict[str, Any]:
+        path = self._study_path(kind, name).with_suffix(".json")
+        return self._read_json(path) if path.exists() else {}
+
+    def read_studies(self, kind: str) -> pd.DataFrame:
+        """Every stored study of ``kind`` concatenated, with a ``study`` column (empty if none)."""
+        frames = [self.read_study(kind, n).assign(study=n) for n in self.study_names(kind)]
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
     # ------------------------------------------------------------------ DuckDB
     @contextmanager
