@@ -475,6 +475,21 @@ def demo_cmd(output: Annotated[Path, typer.Option("--output", "-o", help="Report
     typer.echo(f"html report ({time.perf_counter() - start:.1f} s): {index.resolve()}")
 
 
+def _register_command_modules() -> None:
+    """Commands defined in ``shiftbench.commands.<name>`` modules: each has ``register(app)``."""
+    import importlib
+    import pkgutil
+
+    import shiftbench.commands as package
+
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"shiftbench.commands.{info.name}")
+        module.register(app)
+
+
+_register_command_modules()
+
+
 def main() -> None:
     """Console-script entry point: one-line errors, tracebacks only with --debug."""
     try:

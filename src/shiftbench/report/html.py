@@ -39,6 +39,22 @@ from shiftbench.report.sections import ReportContext, Rendered, TestbedReport, e
 from shiftbench.report.shifts import NATURAL_SHIFTS, ShiftPair, analyse_shift
 from shiftbench.testbed import Testbed
 
+
+def _import_section_modules() -> None:
+    """Import every ``shiftbench.report.section_*`` module: each registers its sections (a module
+    that re-registers a key, e.g. ``compositing``, replaces the placeholder and keeps its place)."""
+    import importlib
+    import pkgutil
+
+    import shiftbench.report as package
+
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+        if info.name.startswith("section_"):
+            importlib.import_module(f"shiftbench.report.{info.name}")
+
+
+_import_section_modules()
+
 _SCRIPT = re.compile(r"<script(?: type=\"text/javascript\")?>(.*?)</script>", re.DOTALL)
 
 
