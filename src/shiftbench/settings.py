@@ -11,7 +11,8 @@ Class-subset settings score by the published protocol (logits restricted to the 
 default; ``convention="argmax-all"`` scores by argmax over all classes (stricter). The
 convention is stored beside every number.
 
-Custom data: ``folder:<dir>``, ``manifest:<file.csv|parquet>`` and ``hf:<saved dataset dir>``
+Custom data: ``folder:<dir>``, ``manifest:<file.csv|parquet>``, ``hf:<saved dataset dir>`` and
+``composite:<spec.json|yaml>`` (SI-SCORE-style object compositing, :mod:`shiftbench.shifts.compositing`)
 are settings too (full label space, top-1/top-5).
 
 Synthetic shifts are generated on the fly from the decoded images (one decode for every shift):
@@ -33,7 +34,7 @@ CORRUPTIONS = (
     "snow", "frost", "fog", "brightness", "contrast", "elastic_transform", "pixelate", "jpeg_compression",
     "speckle_noise", "gaussian_blur", "spatter", "saturate",
 )
-CUSTOM_PREFIXES = ("folder", "manifest", "hf")
+CUSTOM_PREFIXES = ("folder", "manifest", "hf", "composite")
 
 
 @dataclass(frozen=True)
@@ -150,10 +151,15 @@ def pm_setting(which: str, k: int) -> Setting:
 
 
 def custom_setting(name: str) -> Setting:
-    """A setting over user data: ``folder:<dir>``, ``manifest:<file>`` or ``hf:<dir>``."""
+    """A setting over user data: ``folder:<dir>``, ``manifest:<file>``, ``hf:<dir>`` or ``composite:<spec>``."""
     prefix, _, path = name.partition(":")
     if prefix not in CUSTOM_PREFIXES or not path:
-        raise ConfigError(f"custom setting {name!r}: use folder:<dir>, manifest:<file.csv|parquet> or hf:<dir>")
+        raise ConfigError(f"custom setting {name!r}: use folder:<dir>, manifest:<file.csv|parquet>, hf:<dir> "
+                          "or composite:<spec.json|yaml>")
+    if prefix == "composite":  # the dataset `composite` is registered on first use
+        from shiftbench.shifts.compositing import register_composite_dataset
+
+        register_composite_dataset()
     return Setting(name, prefix, _full, f"user data ({prefix}) at {path}", dataset_args=(("path", path),))
 
 
