@@ -1,0 +1,109 @@
+"""Model-similarity matrices sorted by accuracy: a static matplotlib figure and plotly heatmaps.
+
+Both show a :class:`~shiftbench.analysis.similarity.ModelSimilarity`: the dominance probability
+(Mania & Sra 2020) and the error consistency kappa (Geirhos et al. 2020) of every pair of
+models, rows and columns ordered from the least to the most accurate model. With more than
+``max_models`` models the matrix shows ``max_models`` of them spaced evenly in accuracy rank
+(least and most accurate always kept), so that a report over hundreds of models stays small.
+"""
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg", force=False)
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import plotly.graph_objects as go  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from shiftbench.analysis.similarity import ModelSimilarity  # noqa: E402
+from shiftbench.errors import ConfigError  # noqa: E402
+from shiftbench.report.interactive import FONT, plotly_text  # noqa: E402
+
+#: Matrix size drawn in reports by default.
+MAX_MODELS = 60
+#: ``which`` -> (attribute, label, colour map, plotly colour scale, value range or None for [0, max]).
+MATRICES = {
+    "dominance_probability": ("dominance", "dominance probability", "magma_r", "Magma", None),
+    "error_consistency": ("error_consistency", "error consistency (κ)", "RdBu_r", "RdBu", (-1.0, 1.0)),
+}
+
+
+def spread_models(sim: ModelSimilarity, max_models: int = MAX_MODELS) -> list[str]:
+    """At most ``max_models`` models of ``sim``, evenly spaced in accuracy rank (ends kept)."""
+    if max_models < 2:
+        raise ConfigError(f"max_models={max_models}: a similarity matrix needs at least 2 models")
+    models = sim.models
+    if len(models) <= max_models:
+        return models
+    picks = np.unique(np.round(np.linspace(0, len(models) - 1, max_models)).astype(int))
+    return [models[i] for i in picks]
+
+
+def _matrix(sim: ModelSimilarity, which: str):
+    if which not in MATRICES:
+        raise ConfigError(f"unknown similarity matrix {which!r}; use one of {', '.join(MATRICES)}")
+    attr, label, cmap, scale, limits = MATRICES[which]
+    frame = getattr(sim, attr)
+    values = frame.to_numpy(dtype=float)
+    if limits is None:
+        off = values[~np.eye(len(values), dtype=bool)]
+        top = float(np.nanmax(off)) if off.size and np.isfinite(off).any() else 0.0
+        limits = (0.0, max(top, 1e-9))
+    return frame, values, label, cmap, scale, limits
+
+
+def plot_similarity_matrices(sim: ModelSimilarity, *, max_models: int = MAX_MODELS, title: str | None = None) -> Figure:
+    """Dominance probability and error consistency side by side, models sorted by accuracy
+    (least accurate at the top left). Model names label the axes up to 40 models."""
+    shown = sim.subset(spread_models(sim, max_models))
+    n = len(shown.models)
+    size = min(6.0, 2.5 + 0.09 * n)
+    fig, axes = plt.subplots(1, 2, figsize=(2 * size + 1.8, size + 0.9), dpi=120)
+    names = [f"{m} ({a:.1f}%)" for m, a in shown.accuracy.items()]
+    for ax, which in zip(axes, MATRICES):
+        _, values, label, cmap, _, (lo, hi) = _matrix(shown, which)
+        image = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, vmin=lo, vmax=hi, interpolation="nearest")
+        fig.colorbar(image, ax=ax, fraction=0.046, pad=0.03)
+        ax.set_title(label, fontsize=10)
+        if n <= 40:
+            fs = 7 if n <= 15 else 5
+            ax.set_xticks(range(n), names, rotation=90, fontsize=fs)
+            ax.set_yticks(range(n), names, fontsize=fs)
+        else:
+            ax.set_xticks([])
+            ax.set_yticks([])
+            ax.set_xlabel("models, least to most accurate", fontsize=8)
+            ax.set_ylabel("models, least to most accurate", fontsize=8)
+    more = f"; {n} of {len(sim.models)} models, evenly spaced in accuracy" if n < len(sim.models) else ""
+    fig.suptitle(title or f"Model similarity on {sim.setting} ({sim.n_examples:,} examples{more})", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def similarity_heatmap(sim: ModelSimilarity, which: str = "dominance_probability", *,
+                       max_models: int = MAX_MODELS, title: str | None = None) -> go.Figure:
+    """One similarity matrix as an interactive heatmap, models sorted by accuracy (least accurate
+    first); hover shows both models, their accuracies and the value."""
+    shown = sim.subset(spread_models(sim, max_models))
+    frame, values, label, _, scale, (lo, hi) = _matrix(shown, which)
+    n = len(shown.models)
+    names = [plotly_text(m) for m in shown.models]
+    acc = [round(float(a), 2) for a in shown.accuracy]
+    z = [[None if not np.isfinite(v) else round(float(v), 4) for v in row] for row in values]
+    custom = [[[acc[i], acc[j]] for j in range(n)] for i in range(n)]
+    fig = go.Figure(go.Heatmap(
+        z=z, x=names, y=names, zmin=lo, zmax=hi, colorscale=scale, reversescale=(which == "dominance_probability"),
+        customdata=custom, colorbar=dict(title=dict(text=plotly_text(label), side="right"), thickness=14),
+        hovertemplate=("<b>%{y}</b> (%{customdata[0]:.2f}%)<br>vs <b>%{x}</b> (%{customdata[1]:.2f}%)<br>"
+                       + plotly_text(label) + " %{z:.3f}<extra></extra>")))
+    more = f" ({n} of {len(sim.models)} models, evenly spaced in accuracy)" if n < len(sim.models) else ""
+    fig.update_layout(
+        template="none", font=FONT, height=min(760, 260 + 9 * n), paper_bgcolor="white", plot_bgcolor="white",
+        title=dict(text=plotly_text(title or f"{label} on {sim.setting}{more}"), x=0.012, xanchor="left",
+                   font=dict(size=14)),
+        margin=dict(l=20, r=20, t=60, b=20))
+    ticks = dict(showticklabels=n <= 40, tickfont=dict(size=9), automargin=True, showgrid=False)
+    fig.update_xaxes(title=dict(text="models, least to most accurate"), **ticks)
+    fig.update_yaxes(autorange="reversed", **ticks)
+    return fig
