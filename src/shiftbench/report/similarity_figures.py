@@ -22,7 +22,8 @@ from shiftbench.report.interactive import FONT, plotly_text  # noqa: E402
 
 #: Matrix size drawn in reports by default.
 MAX_MODELS = 60
-#: ``which`` -> (attribute, label, colour map, plotly colour scale, value range or None for [0, max]).
+#: ``which`` -> (attribute, label, matplotlib colour map, plotly colour scale (drawn reversed, to match
+#: the ``_r`` maps: high values dark / red), value range or None for [0, max]).
 MATRICES = {
     "dominance_probability": ("dominance", "dominance probability", "magma_r", "Magma", None),
     "error_consistency": ("error_consistency", "error consistency (κ)", "RdBu_r", "RdBu", (-1.0, 1.0)),
@@ -93,7 +94,7 @@ def similarity_heatmap(sim: ModelSimilarity, which: str = "dominance_probability
     z = [[None if not np.isfinite(v) else round(float(v), 4) for v in row] for row in values]
     custom = [[[acc[i], acc[j]] for j in range(n)] for i in range(n)]
     fig = go.Figure(go.Heatmap(
-        z=z, x=names, y=names, zmin=lo, zmax=hi, colorscale=scale, reversescale=(which == "dominance_probability"),
+        z=z, x=names, y=names, zmin=lo, zmax=hi, colorscale=scale, reversescale=True,
         customdata=custom, colorbar=dict(title=dict(text=plotly_text(label), side="right"), thickness=14),
         hovertemplate=("<b>%{y}</b> (%{customdata[0]:.2f}%)<br>vs <b>%{x}</b> (%{customdata[1]:.2f}%)<br>"
                        + plotly_text(label) + " %{z:.3f}<extra></extra>")))

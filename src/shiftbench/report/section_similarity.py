@@ -1,0 +1,130 @@
+"""Report section: model similarity on each setting of the results store (``--store``).
+
+Per setting with predictions of at least two models: the dominance-probability (Mania & Sra
+2020) and error-consistency (Geirhos et al. 2020) matrices sorted by accuracy, the most
+dissimilar pairs, and the examples that no standard model gets right with the models that do.
+Computed from the stored per-example predictions (:mod:`shiftbench.analysis.similarity`).
+To keep the page small, each matrix shows at most :data:`MAX_MODELS` models (evenly spaced in
+accuracy) and at most :data:`MAX_SETTINGS` settings are drawn (those with the most models); the
+full tables are written as CSV next to the report.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from shiftbench.analysis.similarity import (
+    STANDARD, correctness_matrix, model_similarity, similarity_settings, unsolved_examples)
+from shiftbench.errors import ShiftbenchError
+from shiftbench.report.sections import (
+    Rendered, ReportContext, Section, TestbedReport, esc, register_section, section_html, slug, small_table)
+from shiftbench.report.similarity_figures import MAX_MODELS, plot_similarity_matrices, similarity_heatmap
+
+MAX_SETTINGS = 12
+TOP_PAIRS = 8
+TOP_EXAMPLES = 15
+MAX_NAMES = 6
+
+
+def solved_by_short(names: str, limit: int = MAX_NAMES) -> str:
+    """``"a; b; c; ..."`` cut to ``limit`` names with the count of the rest."""
+    parts = [p for p in str(names).split("; ") if p]
+    if len(parts) <= limit:
+        return "; ".join(parts)
+    return "; ".join(parts[:limit]) + f"; … {len(parts) - limit} more"
+
+
+def dissimilar_pairs(pairs: pd.DataFrame, n: int = TOP_PAIRS) -> pd.DataFrame:
+    """The ``n`` pairs with the highest dominance probability, for display."""
+    top = pairs.sort_values(["dominance_probability", "model_a", "model_b"], ascending=[False, True, True]).head(n)
+    return pd.DataFrame({"less accurate": top["model_a"], "acc. less %": top["accuracy_a"],
+                         "more accurate": top["model_b"], "acc. more %": top["accuracy_b"],
+                         "dominance prob.": top["dominance_probability"], "κ": top["error_consistency"]})
+
+
+@register_section
+class SimilaritySection(Section):
+    """Dominance probability, error consistency and unsolved examples per store setting."""
+
+    key, title, scope = "similarity", "Model similarity (results store)", "report"
+
+    def _settings(self, ctx: ReportContext) -> pd.Series:
+        if ctx.store is None:
+            return pd.Series(dtype=int)
+        try:
+            return similarity_settings(ctx.store, min_models=2)
+        except ShiftbenchError:
+            return pd.Series(dtype=int)
+
+    def available(self, ctx: ReportContext, tb: TestbedReport | None) -> bool:
+        return len(self._settings(ctx)) > 0
+
+    def render(self, ctx: ReportContext, tb: TestbedReport | None) -> list[Rendered]:
+        settings = self._settings(ctx)
+        shown = list(settings.index[:MAX_SETTINGS])
+        parts = ["<p>Per setting, for every pair of models evaluated on it: the <b>dominance probability</b> - "
+                 "the share of examples the less accurate model gets right and the more accurate one gets wrong "
+                 "(Mania &amp; Sra 2020) - and the <b>error consistency</b> κ, Cohen's kappa of the two models' "
+                 "right/wrong decisions beyond what their accuracies alone would give (Geirhos et al. 2020; 0 is "
+                 "chance, 1 identical errors, blank when both models are always right or always wrong). Rows and "
+                 "columns run from the least to the most accurate model. Examples are aligned by id; an example "
+                 "not scored for every model is left out for all.</p>"]
+        if len(settings) > len(shown):
+            parts.append(f'<p class="sb-note">{len(shown)} of {len(settings)} settings shown (those with the most '
+                         "models); <code>shiftbench similarity</code> computes any setting.</p>")
+        for setting in shown:
+            parts.append(self._setting(ctx, setting))
+        anchor = ctx.anchor(self.key)
+        return [Rendered(self.title, anchor, section_html(anchor, self.title, "".join(parts), level=2))]
+
+    def _setting(self, ctx: ReportContext, setting: str) -> str:
+        assert ctx.store is not None
+        title = f"Similarity on {setting}"
+        anchor = ctx.anchor(self.key, setting)
+        try:
+            matrix = correctness_matrix(ctx.store, setting)
+        except ShiftbenchError as exc:
+            return section_html(anchor, title, f'<p class="sb-reason">Not computed: {esc(exc)}.</p>')
+        sim = model_similarity(matrix)
+        out_stem = ctx.out_dir / "similarity" / slug(setting)
+        out_stem.parent.mkdir(parents=True, exist_ok=True)
+        excluded = []
+        if matrix.n_skipped:
+            excluded.append(f"{matrix.n_skipped:,} skipped (not decodable) for some model")
+        if matrix.n_unshared:
+            excluded.append(f"{matrix.n_unshared:,} not evaluated for every model")
+        parts = [f"<p>{matrix.n_models} models, {matrix.n_examples:,} examples"
+                 + (f" ({'; '.join(excluded)}, left out)" if excluded else "") + ".</p>"]
+        if matrix.n_models > MAX_MODELS:
+            parts.append(f'<p class="sb-note">The matrices show {MAX_MODELS} of the {matrix.n_models} models, evenly '
+                         "spaced in accuracy; the CSV has every pair.</p>")
+        parts.append(ctx.plot(similarity_heatmap(sim, "dominance_probability")))
+        parts.append(ctx.plot(similarity_heatmap(sim, "error_consistency")))
+        parts.append(ctx.static_figure(plot_similarity_matrices(sim), out_stem))
+        parts.append(f"<h4>Most dissimilar pairs (top {min(TOP_PAIRS, len(sim.pairs))} by dominance probability)</h4>")
+        parts.append(small_table(dissimilar_pairs(sim.pairs), {"acc. less %": ".2f", "acc. more %": ".2f",
+                                                               "dominance prob.": ".4f", "κ": "+.3f"}))
+        sim.pairs.to_csv(out_stem.with_name(out_stem.name + "-pairs.csv"), index=False)
+        parts.append(f'<p class="sb-files">Every pair: {ctx.link(out_stem.with_name(out_stem.name + "-pairs.csv"))}</p>')
+        parts.append(self._unsolved(ctx, matrix, out_stem))
+        return section_html(anchor, title, "".join(parts))
+
+    def _unsolved(self, ctx: ReportContext, matrix, out_stem) -> str:
+        n_std = sum(t == STANDARD for t in matrix.model_types)
+        if n_std == 0:
+            return ('<p class="sb-note">No model on this setting has type STANDARD, so the examples no standard '
+                    "model gets right are not listed (<code>shiftbench eval --model-type STANDARD</code>).</p>")
+        table = unsolved_examples(matrix)
+        solved = int((table["n_right"] > 0).sum())
+        parts = [f"<h4>Examples no standard model gets right</h4><p>{len(table):,} of {matrix.n_examples:,} "
+                 f"examples are missed by all {n_std} standard models; {solved:,} of them are solved by at least one "
+                 f"other model.</p>"]
+        if len(table):
+            top = table.head(TOP_EXAMPLES)
+            show = pd.DataFrame({"example": top["id"], "models right": top["n_right"],
+                                 "solved by (most accurate first)": top["solved_by"].map(solved_by_short),
+                                 "their types": top["solved_by_types"]})
+            parts.append(small_table(show, {"models right": "d"}))
+            stem = out_stem.with_name(out_stem.name + "-unsolved")
+            parts.append(ctx.table(table, stem, f"Examples of {matrix.setting} no standard model gets right",
+                                   "Every such example"))
+        return "".join(parts)
