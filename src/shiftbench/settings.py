@@ -19,6 +19,11 @@ Synthetic shifts are generated on the fly from the decoded images (one decode fo
 ``imagenet-c.<corruption>.<severity>_in-memory``, ``greyscale`` and ``pgd.<norm>.eps<eps>`` on
 ImageNet validation (the reference names), and ``<setting>+<shift>[.<severity>]`` for any
 setting, e.g. ``cifar10+fog.3`` or ``folder:/data/digits+gaussian_noise.5``.
+
+Zero-shot through a class map: ``<setting>@classmap:<shipped map or .csv/.json file>`` scores a
+model trained on another label space (max-logit pooling, :mod:`shiftbench.views.classmap`), e.g.
+``cifar10@classmap:imagenet-to-cifar10`` (registered for CIFAR-10/10.1/10.2) or
+``folder:/data/x@classmap:/maps/m.csv``.
 """
 from __future__ import annotations
 
@@ -144,6 +149,31 @@ def _register_defaults() -> None:
 _register_defaults()
 
 
+def _classmap(spec: Any) -> Callable[[str], Any]:
+    def build(_: str):
+        return spec  # a ClassMapSpec: the runner binds it to the model's and the dataset's classes
+    return build
+
+
+def classmap_setting(base: Setting, ref: str, check: bool = True) -> Setting:
+    """``<setting>@classmap:<shipped map or file>``: ``base`` scored zero-shot through a class map
+    (max-logit pooling from the model's classes; :class:`~shiftbench.views.classmap.ClassMapView`).
+    ``check`` reads the map file now, so a missing or malformed file fails before any model runs."""
+    from shiftbench.views.classmap import ClassMapSpec
+
+    if base.pm_k is not None or base.view is not _full:
+        raise ConfigError(f"{base.name!r} is scored through its own view; a class map applies to settings "
+                          f"in a dataset's own label space (e.g. cifar10, folder:<dir>)")
+    spec = ClassMapSpec(ref).check() if check else ClassMapSpec(ref)
+    return Setting(f"{base.name}@classmap:{ref}", base.dataset, _classmap(spec),
+                   f"{base.description}, scored through the class map {ref} (max-logit pooling)",
+                   base.dataset_args, None, False, base.shift)
+
+
+for _base in ("cifar10", "cifar10.1", "cifar10.2"):
+    register_setting(classmap_setting(_SETTINGS[_base], "imagenet-to-cifar10", check=False))
+
+
 def pm_setting(which: str, k: int) -> Setting:
     """``<which>_pm<k>`` for any k >= 0 (pm-0 and pm-10 are registered)."""
     short = "imagenet-vid-robust" if which.startswith("imagenet-vid") else "ytbb-robust"
@@ -190,6 +220,9 @@ def get_setting(name: str) -> Setting:
     """The registered setting ``name`` (or a pm-k / custom / shifted one), else ConfigError with the closest names."""
     if name in _SETTINGS:
         return _SETTINGS[name]
+    if "@classmap:" in name and "+" not in name.rpartition("@classmap:")[2]:
+        base, _, ref = name.rpartition("@classmap:")
+        return classmap_setting(get_setting(base), ref)
     if "+" in name:
         base, _, shift_text = name.rpartition("+")
         return shifted_setting(get_setting(base), shift_text)

@@ -176,6 +176,8 @@ class Pass:
         for s in settings:
             conv = convention if s.uses_convention else "full"
             view = s.view(convention)
+            if hasattr(view, "bind"):  # a class map (@classmap:) resolves names against the model and dataset
+                view = view.bind(model, dataset)
             key = digest({"pass": self.pass_key, "setting": s.name, "view": getattr(view, "name", ""),
                           "convention": conv, "pm_k": s.pm_k})
             store.register(key, {"model": model.name, "spec": model.spec, "weights": model.fingerprint,
@@ -277,7 +279,7 @@ def run_dataset(passes: Sequence[Pass], *, device: str, batch_size: int, workers
         num_workers=workers, persistent_workers=False, pin_memory=device.startswith("cuda"),
         prefetch_factor=4 if workers else None)
     module = first.model.module
-    expected = expected_width(first.dataset)
+    expected = expected_width(first.dataset, [j.view for p in passes for j in p.jobs])
     current: int | None = None
     buffers: dict[Pass, list[Any]] = {}
 
@@ -309,9 +311,15 @@ def run_dataset(passes: Sequence[Pass], *, device: str, batch_size: int, workers
 IMAGENET_FAMILY = {"imagenet-1k", "objectnet-113", "imagenet-vid-robust-30", "ytbb-robust-24"}
 
 
-def expected_width(dataset: ImageDataset) -> int:
-    """The model output width a dataset needs: 1000 for the ImageNet family, else its classes."""
-    return 1000 if dataset.label_space in IMAGENET_FAMILY else dataset.num_classes
+def expected_width(dataset: ImageDataset, views: Sequence[Any] = ()) -> int:
+    """The model output width a dataset needs: 1000 for the ImageNet family, else its classes;
+    a class-map view (``source_width``) reads the model's own label space instead."""
+    default = 1000 if dataset.label_space in IMAGENET_FAMILY else dataset.num_classes
+    widths = {getattr(v, "source_width", default) for v in views}
+    if len(widths) > 1:
+        raise ConfigError(f"dataset {dataset.name!r}: its settings need {sorted(widths)} model outputs at once; "
+                          "evaluate @classmap: settings and settings in the dataset's own label space separately")
+    return widths.pop() if widths else default
 
 
 def _check_logits(logits: np.ndarray, model: LoadedModel, errors: Sequence[str], expected: int) -> None:

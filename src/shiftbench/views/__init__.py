@@ -9,6 +9,7 @@ pm-k and calibration, all pure numpy functions of stored logits and labels.
 """
 from shiftbench.views._ops import CONVENTIONS
 from shiftbench.views.base import COLUMNS, Target, View
+from shiftbench.views.classmap import ClassMapSpec, ClassMapView, read_class_map, resolve_class_map
 from shiftbench.views.full import FullView
 from shiftbench.views.imagenet import (
     imagenet_a_view, imagenet_r_view, objectnet_imagenet_ids, objectnet_view, video_view)
@@ -20,7 +21,8 @@ from shiftbench.views.superclass import SuperclassView
 
 __all__ = [
     "View", "Target", "COLUMNS", "CONVENTIONS",
-    "FullView", "SubsetView", "MappedView", "SuperclassView",
+    "FullView", "SubsetView", "MappedView", "SuperclassView", "ClassMapView", "ClassMapSpec",
+    "read_class_map", "resolve_class_map",
     "pm_k", "calibration", "top1", "top5",
     "imagenet_a_view", "imagenet_r_view", "objectnet_view", "objectnet_imagenet_ids", "video_view",
 ]
