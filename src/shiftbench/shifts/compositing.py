@@ -537,3 +537,112 @@ def location_heatmap(correct: Any, dataset: CompositeDataset, percentile: float 
     grid = acc.pivot(index="y", columns="x", values="accuracy").sort_index().sort_index(axis=1) / 100
     ref = float(np.nanpercentile(acc["accuracy"] / 100, percentile)) if len(acc) else float("nan")
     return grid / ref if ref > 0 else grid
+
+
+# ---------------------------------------------------------------------------- stored study
+STUDY_KIND = "compositing"
+#: Columns of a stored compositing study (one row per factor value; see :func:`compositing_study`).
+STUDY_COLUMNS = ["model", "spec", "dataset", "setting", "factor", "value", "label", "x", "y", "accuracy", "n",
+                 "normalised"]
+
+
+def compositing_study(
+    model: Any,
+    spec: CompositeDataset | str | Path,
+    *,
+    data_root: str | Path = ".",
+    store: Any = None,
+    percentile: float = 95.0,
+    **evaluate_kwargs: Any,
+) -> pd.DataFrame:
+    """Evaluate ``model`` on a composite dataset and store its per-factor accuracies as a study.
+
+    ``spec`` is a JSON/YAML spec file (the setting ``composite:<spec>``, resolved against
+    ``data_root`` like ``folder:`` paths) or a :class:`CompositeDataset`. The model runs through
+    :func:`shiftbench.evaluate` (so an interrupted study resumes at the engine's first
+    unfinished chunk and a finished one is not recomputed); the per-example rows are read back
+    from the store (``Store.read_predictions``) and reduced with :func:`factor_accuracy` and
+    :func:`location_heatmap` (SI-SCORE, Djolonga et al. 2021, §4: accuracy per object size,
+    location and rotation; the location map divided by its ``percentile``-th percentile).
+
+    Returns the long-form table written to the store as the study ``compositing`` /
+    ``<model>__<dataset name>`` (replacing an earlier one): one row per factor value with
+    ``model, spec, dataset, setting, factor`` (``size``, ``rotation``, ``location``,
+    ``foreground``, ``background``), ``value`` (size or angle), ``label`` (the value as text:
+    ``0.2``, ``90``, ``0.5,0.1``, a foreground name), ``x, y`` (locations), ``accuracy``
+    (percent), ``n`` (examples) and ``normalised`` (the location map's value). ``.attrs``
+    holds ``accuracy``, ``n_examples``, ``key`` and ``study``. ``evaluate_kwargs`` go to
+    :func:`shiftbench.evaluate` (``batch_size``, ``limit``, ``device``, ``progress``, ...).
+    """
+    from shiftbench.datasets.registry import load_dataset
+    from shiftbench.engine.runner import evaluate
+    from shiftbench.shifts.resolution import study_name
+    from shiftbench.store.store import DEFAULT_STORE, Store
+
+    if not 0 < percentile <= 100:
+        raise ConfigError(f"compositing_study: percentile must be in (0, 100], got {percentile!r}")
+    setting = composite_setting(spec)
+    target = store if isinstance(store, Store) else Store(store or DEFAULT_STORE)
+    evaluate_kwargs.setdefault("progress", False)
+    result = evaluate(model, setting, data_root=data_root, store=target, **evaluate_kwargs)
+    row = result.iloc[0]
+    dataset = spec if isinstance(spec, CompositeDataset) else load_dataset("composite", data_root, path=spec)
+    preds = target.read_predictions(row["key"])
+    factors = factor_accuracy(preds, dataset)
+    heat = location_heatmap(preds, dataset, percentile)
+    frame = _study_frame(factors, heat)
+    spec_text = dataset.name if isinstance(spec, CompositeDataset) else str(spec)
+    frame.insert(0, "setting", setting)
+    frame.insert(0, "dataset", dataset.name)
+    frame.insert(0, "spec", spec_text)
+    frame.insert(0, "model", str(row["model"]))
+    frame = frame[STUDY_COLUMNS]
+    name = study_name(str(row["model"]), dataset.name)
+    meta = {"model": str(row["model"]), "spec": spec_text, "dataset": dataset.name, "setting": setting,
+            "key": row["key"], "accuracy": float(row["accuracy"]), "n_examples": int(row["n_examples"]),
+            "n_skipped": int(row["n_skipped"]), "percentile": float(percentile), "shape": list(dataset.shape),
+            "limit": evaluate_kwargs.get("limit")}
+    target.write_study(STUDY_KIND, name, frame, meta)
+    frame.attrs.update(accuracy=float(row["accuracy"]), n_examples=int(row["n_examples"]), key=row["key"],
+                       study=name)
+    return frame
+
+
+def _study_frame(factors: Mapping[str, pd.DataFrame], heat: pd.DataFrame) -> pd.DataFrame:
+    """The long-form rows of :func:`compositing_study` from :func:`factor_accuracy` and the map."""
+    parts = []
+    for factor in ("size", "rotation"):
+        t = factors[factor]
+        parts.append(pd.DataFrame({"factor": factor, "value": t[factor].astype(float),
+                                   "label": [f"{v:g}" for v in t[factor]], "accuracy": t["accuracy"], "n": t["n"]}))
+    loc = factors["location"]
+    normalised = heat.rename_axis(index="y", columns=None).reset_index().melt(
+        id_vars="y", var_name="x", value_name="normalised")
+    normalised["x"] = normalised["x"].astype(float)
+    loc = loc.merge(normalised, on=["x", "y"], how="left")
+    parts.append(pd.DataFrame({"factor": "location", "label": [f"{x:g},{y:g}" for x, y in zip(loc["x"], loc["y"])],
+                               "x": loc["x"], "y": loc["y"], "accuracy": loc["accuracy"], "n": loc["n"],
+                               "normalised": loc["normalised"]}))
+    for factor in ("foreground", "background"):
+        t = factors[factor]
+        parts.append(pd.DataFrame({"factor": factor, "label": t[factor].astype(str), "accuracy": t["accuracy"],
+                                   "n": t["n"]}))
+    frame = pd.concat(parts, ignore_index=True)
+    for col in ("value", "x", "y", "normalised"):
+        frame[col] = frame[col].astype(float) if col in frame else np.nan
+    frame["n"] = frame["n"].astype(np.int64)
+    return frame
+
+
+def heatmap_from_study(frame: pd.DataFrame, column: str = "normalised") -> pd.DataFrame:
+    """The location map (rows ``y``, columns ``x``, ascending) of one stored compositing study.
+
+    ``column`` is ``normalised`` (accuracy over its 95th percentile, as stored) or ``accuracy``.
+    """
+    if column not in ("normalised", "accuracy"):
+        raise ConfigError(f"heatmap_from_study: column must be 'normalised' or 'accuracy', got {column!r}")
+    loc = frame[frame["factor"] == "location"]
+    if not {"x", "y", column} <= set(loc.columns) or loc.empty:
+        raise DataError("heatmap_from_study: no location rows; pass one study's table from compositing_study "
+                        "or Store.read_study('compositing', name)")
+    return loc.pivot(index="y", columns="x", values=column).sort_index().sort_index(axis=1)

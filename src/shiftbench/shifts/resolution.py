@@ -19,10 +19,16 @@ result. Each resolution is stored under its own model name ``<name>@res<r>`` (an
 preprocessing), so the store keeps the points apart and a finished point is not recomputed.
 Networks with global pooling take any resolution; models with a fixed input size (e.g. many
 ViTs) fail at the others, and those rows carry the error instead of a number.
+
+The sweep is also kept as a study in the results store (``Store.read_study("resolution",
+"<model>__<setting>")``, one row per resolution, replaced by a re-run), which the report's
+"Resolution sweeps" section draws. An interrupted sweep resumes: finished resolutions are
+finished keys of the engine and are not recomputed.
 """
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,6 +39,20 @@ from shiftbench.errors import ConfigError, ShiftbenchError
 
 RESOLUTIONS = (64, 128, 224, 288, 320, 384, 512, 768)
 COLUMNS = ["model", "resolution", "input_size", "resize", "crop_pct", "accuracy", "top5", "n_examples", "best"]
+#: Columns after :data:`COLUMNS` in every sweep (and its stored study).
+STUDY_COLUMNS = ["error", "base_model", "setting", "native_resolution", "adjust_resize_ratio"]
+STUDY_KIND = "resolution"
+
+
+def study_name(*parts: str) -> str:
+    """A store study name from ``parts`` joined by ``__`` (characters outside ``[A-Za-z0-9._+@=-]``
+    become ``_``, no leading dot).
+
+    >>> study_name("timm/resnet50.a1_in1k", "folder:/data/x")
+    'timm_resnet50.a1_in1k__folder_data_x'
+    """
+    clean = [re.sub(r"[^A-Za-z0-9._+@=-]+", "_", str(p)).strip("_") for p in parts]
+    return "__".join(clean).lstrip(".") or "study"
 
 
 def resolution_preprocessing(base: Any, resolution: int, adjust_resize_ratio: bool = True) -> Any:
@@ -89,12 +109,15 @@ def resolution_sweep(
     -------
     DataFrame with one row per resolution: ``model, resolution, input_size, resize, crop_pct,
     accuracy, top5, n_examples, best`` (``best`` marks the most accurate resolution, the
-    smallest on ties; ``.attrs["best_resolution"]`` holds it), plus ``error`` for resolutions
-    the model could not run at.
+    smallest on ties; ``.attrs["best_resolution"]`` holds it), ``error`` (why the model could
+    not run at a resolution, else None), ``base_model``, ``setting``, ``native_resolution``
+    (the model's own input size) and ``adjust_resize_ratio``. The same table is written to the
+    store as the study ``resolution`` / ``<base model>__<setting>`` (replacing an earlier one;
+    ``.attrs["study"]`` holds the name).
     """
     from shiftbench.engine.runner import evaluate
     from shiftbench.models import LoadedModel, load_model
-    from shiftbench.store.store import DEFAULT_STORE
+    from shiftbench.store.store import DEFAULT_STORE, Store
 
     res = [int(r) for r in resolutions]
     if not res or any(r < 1 or r != q for r, q in zip(res, resolutions)):
@@ -107,15 +130,19 @@ def resolution_sweep(
         raise ConfigError(f"model must be a spec string or a LoadedModel, got {type(model).__name__}")
     base = model if isinstance(model, LoadedModel) else load_model(model, **dict(load_kwargs or {}))
     evaluate_kwargs.setdefault("progress", False)
+    target = store if isinstance(store, Store) else Store(store or DEFAULT_STORE)
     rows = []
+    native = int(base.preprocessing.input_size)
     for r in res:
         pre = resolution_preprocessing(base.preprocessing, r, adjust_resize_ratio)
         variant = dataclasses.replace(base, name=f"{base.name}@res{r}", preprocessing=pre,
                                       metadata={**base.metadata, "test_resolution": r})
         row: dict[str, Any] = {"model": variant.name, "resolution": r, "input_size": pre.input_size,
-                               "resize": pre.resize, "crop_pct": pre.crop_pct}
+                               "resize": pre.resize, "crop_pct": pre.crop_pct, "error": None,
+                               "base_model": base.name, "setting": setting, "native_resolution": native,
+                               "adjust_resize_ratio": bool(adjust_resize_ratio)}
         try:
-            out = evaluate(variant, setting, data_root=data_root, store=store or DEFAULT_STORE, **evaluate_kwargs)
+            out = evaluate(variant, setting, data_root=data_root, store=target, **evaluate_kwargs)
             row.update(out.iloc[0][["accuracy", "top5", "n_examples"]].to_dict())
         except ShiftbenchError:
             raise
@@ -126,8 +153,18 @@ def resolution_sweep(
     frame = pd.DataFrame(rows)
     frame["best"] = False
     scored = frame["accuracy"].notna()
+    best_resolution = None
     if scored.any():
         best = frame.loc[scored].sort_values(["accuracy", "resolution"], ascending=[False, True]).index[0]
         frame.loc[best, "best"] = True
-        frame.attrs["best_resolution"] = int(frame.loc[best, "resolution"])
-    return frame[COLUMNS + [c for c in frame.columns if c not in COLUMNS]]
+        best_resolution = int(frame.loc[best, "resolution"])
+    frame = frame[COLUMNS + STUDY_COLUMNS].copy()
+    name = study_name(base.name, setting)
+    meta = {"model": base.name, "setting": setting, "resolutions": res, "native_resolution": native,
+            "adjust_resize_ratio": bool(adjust_resize_ratio), "best_resolution": best_resolution,
+            "limit": evaluate_kwargs.get("limit"), "data_root": str(data_root)}
+    target.write_study(STUDY_KIND, name, frame, meta)
+    if best_resolution is not None:
+        frame.attrs["best_resolution"] = best_resolution
+    frame.attrs["study"] = name
+    return frame
