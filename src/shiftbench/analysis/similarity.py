@@ -158,7 +158,9 @@ class CorrectnessMatrix:
             return self.models.index(model)
         except ValueError:
             where = f" on setting {self.setting!r}" if self.setting else ""
-            raise ConfigError(did_you_mean("model", model, self.models, f"models with predictions{where}")) from None
+            listed = ", ".join(self.models[:8]) + (", ..." if len(self.models) > 8 else "")
+            raise ConfigError(did_you_mean("model", model, self.models,
+                                           f"models with predictions{where}: {listed}")) from None
 
 
 Correctness = Union[CorrectnessMatrix, pd.DataFrame, np.ndarray]
