@@ -207,8 +207,10 @@ def _frequencies(df: pd.DataFrame, where: str) -> np.ndarray:
         f = pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=float)
         bad = ~np.isfinite(f)
         if bad.any():
-            raise DataError(f"{where}: column {col!r} at {_rows(where, bad, csv)} is "
-                            f"{df[col].iloc[int(np.flatnonzero(bad)[0])]!r}; it must be a number in [0, 1]")
+            value = df[col].iloc[int(np.flatnonzero(bad)[0])]
+            shown = "empty" if pd.isna(value) else repr(value.item() if hasattr(value, "item") else value)
+            raise DataError(f"{where}: column {col!r} at {_rows(where, bad, csv)} is {shown}; "
+                            "it must be a number in [0, 1]")
     elif {"n_selected", "n_annotators"} <= set(df.columns):
         col = "n_selected/n_annotators"
         sel = pd.to_numeric(df["n_selected"], errors="coerce").to_numpy(dtype=float)
@@ -401,7 +403,8 @@ def replicate(candidates: Any, reference: Any = None, strategy: str = "matched-f
     if reference is not None:
         ref, ref_where, ref_kind = _reference(reference)
         if ref_kind != kind:
-            raise DataError(f"{where} labels are class {kind}s but {ref_where} labels are class {ref_kind}s; "
+            word = {"index": "indices", "name": "names"}
+            raise DataError(f"{where} labels are class {word[kind]} but {ref_where} labels are class {word[ref_kind]}; "
                             "use the same kind in both")
         extra = sorted(set(cand["label"]) - set(ref["label"]), key=str)
         if extra:

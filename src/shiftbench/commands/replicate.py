@@ -1,0 +1,82 @@
+"""``shiftbench replicate``: sample a new test set from annotated candidates (Recht et al. 2019).
+
+One call into :func:`shiftbench.datasets.replication.replicate`, then ``Replication.write``.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+MAX_ROWS = 30   # classes shown in the table unless --per-class
+
+
+def _bins(text: str):
+    try:
+        return [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"{text!r}: comma-separated edges from 0 to 1, e.g. 0,0.2,0.4,0.6,0.8,1",
+                                 param_hint="--bins") from None
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``replicate`` to the ``shiftbench`` app."""
+
+    @app.command("replicate")
+    def replicate_cmd(
+        candidates: Annotated[Path, typer.Option("--candidates", help="CSV/Parquet: path,label,selection_frequency "
+                                                 "(or n_selected,n_annotators); paths relative to its folder.")],
+        output: Annotated[Path, typer.Option("--output", "-o", help="Manifest to write (.csv or .parquet), in a "
+                                             "folder containing the images; evaluate it as manifest:<file>.")],
+        reference: Annotated[Optional[Path], typer.Option(
+            "--reference", help="CSV/Parquet of the original test set: label,selection_frequency per image "
+            "(needed by matched-frequency).")] = None,
+        strategy: Annotated[str, typer.Option("--strategy", help="matched-frequency, threshold or top-images.")]
+        = "matched-frequency",
+        images_per_class: Annotated[int, typer.Option("--images-per-class", "-k", help="Images per class "
+                                                      "(ImageNetV2: 10).")] = 10,
+        threshold: Annotated[float, typer.Option("--threshold", help="tau of the threshold strategy: sample among "
+                                                 "f >= tau.")] = 0.7,
+        bins: Annotated[str, typer.Option("--bins", help="Matched-frequency bin edges from 0 to 1.")]
+        = "0,0.2,0.4,0.6,0.8,1",
+        fallback: Annotated[str, typer.Option("--fallback", help="A matched-frequency bin without enough candidates: "
+                                              "error (the paper) or upward (fill from the next higher bin).")]
+        = "error",
+        seed: Annotated[int, typer.Option("--seed", help="Seed; each class is drawn from (seed, class).")] = 0,
+        per_class: Annotated[bool, typer.Option("--per-class", help=f"Show every class (default: at most "
+                                                f"{MAX_ROWS}).")] = False,
+        as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON only.")] = False,
+    ) -> None:
+        """Sample a new test set per class (MatchedFrequency, Threshold tau, TopImages) and write its manifest."""
+        from shiftbench.cli import Table, out
+        from shiftbench.datasets.replication import replicate
+
+        rep = replicate(candidates, reference, strategy, images_per_class=images_per_class, threshold=threshold,
+                        bins=_bins(bins), seed=seed, fallback=fallback)
+        path = rep.write(output)
+        if as_json:
+            print(json.dumps({"manifest": str(path), **rep.to_dict()}))
+            return
+        has_ref = rep.reference_mean_selection_frequency is not None
+        headers = ["class", "candidates", "images", "mean sel. freq."]
+        if has_ref:
+            headers += ["reference images", "reference mean sel. freq.", "Δ"]
+        table = Table(*headers, title=f"{rep.strategy}: {len(rep.manifest)} images, {len(rep.summary)} classes")
+        rows = rep.summary.reset_index().to_dict("records")
+        for r in rows if per_class else rows[:MAX_ROWS]:
+            cells = [str(r["label"]), str(r["n_candidates"]), str(r["n_images"]), f"{r['mean_selection_frequency']:.3f}"]
+            if has_ref:
+                cells += [str(r["reference_n_images"]), f"{r['reference_mean_selection_frequency']:.3f}",
+                          f"{r['mean_selection_frequency'] - r['reference_mean_selection_frequency']:+.3f}"]
+            table.add_row(*cells)
+        out.print(table)
+        if len(rows) > MAX_ROWS and not per_class:
+            out.print(f"... {len(rows) - MAX_ROWS} more classes (--per-class shows all)")
+        line = f"mean selection frequency {rep.mean_selection_frequency:.3f}"
+        if has_ref:
+            line += (f" (reference {rep.reference_mean_selection_frequency:.3f}, "
+                     f"{rep.mean_selection_frequency - rep.reference_mean_selection_frequency:+.3f})")
+        out.print(line)
+        out.print(f"manifest: {path} (evaluate with --setting manifest:{path})")
