@@ -487,7 +487,8 @@ def attribute_splits(
     values = {a: _as_text(df[a]) for a in train_values}
     n_missing = {a: int(v.isna().sum()) for a, v in values.items()}
     for attr, allowed in train_values.items():
-        present = sorted(values[attr].dropna().unique())
+        present = (bin_info[attr]["labels"] if attr in bin_info
+                   else sorted(values[attr].dropna().unique(), key=_natural))
         absent = [v for v in allowed if v not in present]
         if absent:
             raise DataError(did_you_mean(f"training value of {attr!r}:", absent[0], present,
