@@ -1,0 +1,160 @@
+"""Report section "Object compositing": SI-SCORE-style factor accuracies from the results store.
+
+Reads the ``compositing`` studies that :func:`shiftbench.shifts.compositing.compositing_study`
+(``shiftbench composite``) writes. Per composite dataset (spec): accuracy against object size
+and against rotation, one line per model, and per model the location heatmap -- accuracy at
+each object centre divided by its 95th percentile over locations (Djolonga et al. 2021, §4),
+drawn with ``y`` growing downwards as in the image -- with the numbers as CSV/Markdown/LaTeX.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from shiftbench.report.interactive import EXTRA_COLOURS, _layout, _round, plotly_text
+from shiftbench.report.figures import TYPE_STYLE
+from shiftbench.report.sections import (Rendered, ReportContext, Section, TestbedReport, esc, register_section,
+                                        section_html, slug, small_table)
+from shiftbench.shifts.compositing import STUDY_KIND, heatmap_from_study
+
+PALETTE = tuple(c for c, _ in TYPE_STYLE.values()) + EXTRA_COLOURS
+NEEDED = {"model", "dataset", "factor", "accuracy", "n"}
+FACTOR_AXIS = {"size": "object size (fraction of the image area)", "rotation": "rotation (degrees)"}
+
+
+def compositing_studies(store) -> pd.DataFrame:
+    """Every stored compositing study as one long table (empty when there is none)."""
+    frame = store.read_studies(STUDY_KIND) if store is not None else pd.DataFrame()
+    if frame.empty or not NEEDED <= set(frame.columns):
+        return pd.DataFrame(columns=sorted(NEEDED | {"study"}))
+    return frame.assign(model=frame["model"].astype(str), dataset=frame["dataset"].astype(str))
+
+
+def factor_figure(rows: pd.DataFrame, factor: str, *, title: str) -> go.Figure:
+    """Accuracy against one factor's value (``size`` or ``rotation``), one line per model."""
+    fig = go.Figure()
+    for i, (model, sub) in enumerate(rows[rows["factor"] == factor].groupby("model", sort=True)):
+        sub = sub.sort_values("value")
+        colour, name = PALETTE[i % len(PALETTE)], plotly_text(model)
+        fig.add_trace(go.Scatter(
+            x=_round(sub["value"], 6), y=_round(sub["accuracy"], 2), mode="lines+markers", name=name,
+            customdata=[[name, int(n)] for n in sub["n"]], line=dict(color=colour, width=2),
+            marker=dict(color=colour, size=7),
+            hovertemplate="<b>%{customdata[0]}</b><br>" + factor + " %{x}<br>top-1 %{y:.2f}% over "
+                          "%{customdata[1]} images<extra></extra>"))
+    _layout(fig, plotly_text(title), FACTOR_AXIS[factor], "top-1 accuracy (%)", height=420)
+    values = sorted(rows.loc[rows["factor"] == factor, "value"].dropna().unique())
+    fig.update_xaxes(type="log" if factor == "size" else "linear", tickvals=[float(v) for v in values],
+                     ticktext=[f"{v:g}" for v in values])
+    return fig
+
+
+def heatmap_figure(rows: pd.DataFrame, *, title: str) -> go.Figure:
+    """One model's normalised location map (rows: object centre y, downwards; columns: x)."""
+    norm, acc = heatmap_from_study(rows), heatmap_from_study(rows, "accuracy")
+    z = [[None if not np.isfinite(v) else round(float(v), 3) for v in r] for r in norm.to_numpy()]
+    text = [[None if not np.isfinite(v) else round(float(v), 2) for v in r] for r in acc.to_numpy()]
+    fig = go.Figure(go.Heatmap(
+        x=[f"{v:g}" for v in norm.columns], y=[f"{v:g}" for v in norm.index], z=z, customdata=text,
+        colorscale="Viridis", zmin=0, zmax=max(1.0, float(np.nanmax(norm.to_numpy()))),
+        colorbar=dict(title=dict(text="accuracy / p95")),
+        texttemplate="%{z:.2f}", hovertemplate="centre x %{x}, y %{y}<br>accuracy %{customdata:.2f}%"
+                                                "<br>%{z:.3f} of the 95th percentile<extra></extra>"))
+    _layout(fig, plotly_text(title), "object centre x (fraction of the width)",
+            "object centre y (fraction of the height)", height=420)
+    fig.update_yaxes(autorange="reversed", showgrid=False)
+    fig.update_xaxes(showgrid=False)
+    return fig
+
+
+def plot_compositing(rows: pd.DataFrame, *, title: str):
+    """Static twin: accuracy per size and per rotation (one line per model), then one location map
+    per model (accuracy over its 95th percentile)."""
+    import matplotlib.pyplot as plt
+
+    models = sorted(rows["model"].unique())
+    fig, axes = plt.subplots(1, 2 + len(models), figsize=(4.2 * (2 + len(models)), 3.8), dpi=120, squeeze=False)
+    axes = axes[0]
+    for ax, factor in zip(axes[:2], ("size", "rotation")):
+        for i, model in enumerate(models):
+            sub = rows[(rows["model"] == model) & (rows["factor"] == factor)].sort_values("value")
+            ax.plot(sub["value"], sub["accuracy"], "o-", color=PALETTE[i % len(PALETTE)], lw=1.5, ms=4,
+                    label=model)
+        values = sorted(rows.loc[rows["factor"] == factor, "value"].dropna().unique())
+        if factor == "size":
+            ax.set_xscale("log")
+            ax.minorticks_off()
+        if values:
+            ax.set_xticks(values, [f"{v:g}" for v in values])
+        ax.set_xlabel(FACTOR_AXIS[factor])
+        ax.set_ylabel("top-1 accuracy (%)")
+        ax.grid(True, color="0.9", lw=0.6)
+        ax.legend(loc="best", fontsize=7, framealpha=0.9)
+    for ax, model in zip(axes[2:], models):
+        heat = heatmap_from_study(rows[rows["model"] == model])
+        image = ax.imshow(heat.to_numpy(), cmap="viridis", vmin=0, vmax=max(1.0, float(np.nanmax(heat.to_numpy()))))
+        ax.set_xticks(range(heat.shape[1]), [f"{v:g}" for v in heat.columns])
+        ax.set_yticks(range(heat.shape[0]), [f"{v:g}" for v in heat.index])
+        for (r, c), v in np.ndenumerate(heat.to_numpy()):
+            if np.isfinite(v):
+                ax.text(c, r, f"{v:.2f}", ha="center", va="center", fontsize=7, color="white" if v < 0.6 else "black")
+        ax.set_xlabel("object centre x")
+        ax.set_ylabel("object centre y")
+        ax.set_title(f"{model}: accuracy / p95", fontsize=9)
+        fig.colorbar(image, ax=ax, fraction=0.046)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+@register_section
+class CompositingSection(Section):
+    """Object compositing studies in the results store (``--store``): accuracy per object size,
+    per rotation, and the normalised location heatmap, per model and composite dataset
+    (SI-SCORE, Djolonga et al. 2021)."""
+
+    key, title, scope = "compositing", "Object compositing", "report"
+
+    def available(self, ctx: ReportContext, tb: TestbedReport | None) -> bool:
+        return ctx.store is not None and len(compositing_studies(ctx.store)) > 0
+
+    def render(self, ctx: ReportContext, tb: TestbedReport | None) -> list[Rendered]:
+        rows = compositing_studies(ctx.store)
+        parts = ["<p>Foreground objects pasted onto background photographs, one factor of variation at a time "
+                 "(SI-SCORE, Djolonga et al. 2021): top-1 accuracy per object size (fraction of the image area), "
+                 "per rotation, and per object location; the location map divides each location's accuracy by "
+                 "the 95th percentile over locations, so 1 is as good as the best locations.</p>"]
+        for dataset, sub in rows.groupby("dataset", sort=True):
+            parts.append(f"<h3>{esc(dataset)}</h3>")
+            overall = self._overall(ctx, sub)
+            parts.append(small_table(overall, {"top-1 %": ".2f", "images": "d"}))
+            for factor in ("size", "rotation"):
+                if (sub["factor"] == factor).any():
+                    parts.append(ctx.plot(factor_figure(sub, factor, title=f"Accuracy per {factor} on {dataset}")))
+            table = sub[sub["factor"].isin(["size", "rotation"])].pivot_table(
+                index=["factor", "value"], columns="model", values="accuracy").reset_index()
+            table.columns.name = None
+            parts.append(small_table(table, {c: ".2f" for c in table.columns if c not in ("factor", "value")}
+                                     | {"value": "g"}))
+            for model, msub in sub.groupby("model", sort=True):
+                if (msub["factor"] == "location").any():
+                    parts.append(ctx.plot(heatmap_figure(msub, title=f"Location map of {model} on {dataset}")))
+            stem = ctx.out_dir / "compositing" / slug(dataset)
+            parts.append(ctx.static_figure(plot_compositing(sub, title=f"Object compositing on {dataset}"), stem))
+            cols = [c for c in ("model", "factor", "value", "label", "x", "y", "accuracy", "n", "normalised")
+                    if c in sub.columns]
+            parts.append(ctx.table(sub[cols].reset_index(drop=True), stem,
+                                   f"Accuracy (%) per factor value on the composite dataset {dataset}"))
+        anchor = ctx.anchor(self.key)
+        return [Rendered(self.title, anchor, section_html(anchor, self.title, "".join(parts), level=2))]
+
+    @staticmethod
+    def _overall(ctx: ReportContext, sub: pd.DataFrame) -> pd.DataFrame:
+        """Per model: overall accuracy and image count (from the study's metadata)."""
+        out = []
+        for model, study in sub.groupby("model", sort=True)["study"].first().items():
+            meta = ctx.store.study_meta(STUDY_KIND, study) if ctx.store is not None else {}
+            out.append({"model": model, "top-1 %": float(meta.get("accuracy", np.nan)),
+                        "images": int(meta.get("n_examples", 0)), "spec": str(meta.get("spec", ""))})
+        return pd.DataFrame(out)

@@ -1,0 +1,141 @@
+"""Report section "Resolution sweeps": accuracy against test resolution from the results store.
+
+Reads the ``resolution`` studies that :func:`shiftbench.shifts.resolution.resolution_sweep`
+(``shiftbench resolution-sweep``) writes: per setting, one line per model of top-1 accuracy
+against the test resolution (the side of the centre crop), with the best resolution starred and
+the model's native input size ringed -- the curve of Touvron et al. 2019 (FixRes): with
+``RandomResizedCrop`` training, the best test resolution is often above the training one.
+Resolutions a model could not run at (a fixed input size) are listed with the reason.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from shiftbench.report.interactive import EXTRA_COLOURS, _layout, _round, plotly_text
+from shiftbench.report.figures import TYPE_STYLE
+from shiftbench.report.sections import (Rendered, ReportContext, Section, TestbedReport, esc, register_section,
+                                        section_html, slug, small_table)
+from shiftbench.shifts.resolution import STUDY_KIND
+
+PALETTE = tuple(c for c, _ in TYPE_STYLE.values()) + EXTRA_COLOURS
+TABLE_COLUMNS = ["model", "setting", "resolution", "resize", "accuracy", "top5", "n_examples", "best", "native",
+                 "error"]
+
+
+def resolution_studies(store) -> pd.DataFrame:
+    """Every stored resolution sweep as one table (``TABLE_COLUMNS``), oldest columns filled in:
+    ``model`` is the swept model (``base_model``), ``native`` marks its own input size."""
+    frame = store.read_studies(STUDY_KIND) if store is not None else pd.DataFrame()
+    if frame.empty or not {"resolution", "accuracy"} <= set(frame.columns):
+        return pd.DataFrame(columns=TABLE_COLUMNS)
+    frame = frame.copy()
+    if "base_model" not in frame:
+        frame["base_model"] = frame["study"]
+    frame["model"] = frame["base_model"].fillna(frame["study"]).astype(str)
+    frame["setting"] = frame["setting"].fillna("?").astype(str) if "setting" in frame else "?"
+    native = pd.to_numeric(frame.get("native_resolution", pd.Series(np.nan, index=frame.index)), errors="coerce")
+    frame["native"] = native.to_numpy() == frame["resolution"].to_numpy()
+    for col, default in (("resize", np.nan), ("top5", np.nan), ("n_examples", 0), ("best", False), ("error", None)):
+        if col not in frame:
+            frame[col] = default
+    frame["accuracy"] = pd.to_numeric(frame["accuracy"], errors="coerce")
+    frame["error"] = [None if e is None or (isinstance(e, float) and np.isnan(e)) or e == "" else str(e)
+                      for e in frame["error"]]
+    return frame[TABLE_COLUMNS].sort_values(["setting", "model", "resolution"], kind="stable").reset_index(drop=True)
+
+
+def resolution_figure(rows: pd.DataFrame, *, title: str) -> go.Figure:
+    """Accuracy against resolution (log axis), one line per model; best starred, native ringed."""
+    fig = go.Figure()
+    for i, (model, sub) in enumerate(rows.groupby("model", sort=True)):
+        colour = PALETTE[i % len(PALETTE)]
+        ok = sub[sub["accuracy"].notna()]
+        name = plotly_text(model)
+        custom = [[name, int(r), None if not np.isfinite(t) else round(float(t), 2)]
+                  for r, t in zip(ok["resolution"], pd.to_numeric(ok["top5"], errors="coerce"))]
+        fig.add_trace(go.Scatter(
+            x=ok["resolution"].astype(int).tolist(), y=_round(ok["accuracy"], 2), mode="lines+markers", name=name,
+            legendgroup=name, customdata=custom, line=dict(color=colour, width=2), marker=dict(color=colour, size=7),
+            hovertemplate="<b>%{customdata[0]}</b><br>resolution %{customdata[1]} px<br>top-1 %{y:.2f}%"
+                          "<br>top-5 %{customdata[2]:.2f}%<extra></extra>"))
+        for mask, symbol, size, label in ((ok["best"].astype(bool), "star", 16, "best"),
+                                          (ok["native"].astype(bool), "circle-open", 17, "native")):
+            mark = ok[mask]
+            if len(mark):
+                fig.add_trace(go.Scatter(
+                    x=mark["resolution"].astype(int).tolist(), y=_round(mark["accuracy"], 2), mode="markers",
+                    name=f"{name} ({label})", legendgroup=name, showlegend=False,
+                    marker=dict(symbol=symbol, size=size, color=colour, line=dict(color=colour, width=2)),
+                    hovertemplate=f"<b>{name}</b><br>{label} resolution %{{x}} px: %{{y:.2f}}%<extra></extra>"))
+    _layout(fig, plotly_text(title), "test resolution (px, log scale)", "top-1 accuracy (%)", height=460)
+    ticks = sorted({int(r) for r in rows["resolution"]})
+    fig.update_xaxes(type="log", tickvals=ticks, ticktext=[str(t) for t in ticks])
+    return fig
+
+
+def plot_resolution(rows: pd.DataFrame, *, title: str):
+    """The static (matplotlib) twin of :func:`resolution_figure`."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
+    for i, (model, sub) in enumerate(rows.groupby("model", sort=True)):
+        colour = PALETTE[i % len(PALETTE)]
+        ok = sub[sub["accuracy"].notna()]
+        ax.plot(ok["resolution"], ok["accuracy"], "o-", color=colour, lw=1.6, ms=4, label=str(model))
+        best, native = ok[ok["best"].astype(bool)], ok[ok["native"].astype(bool)]
+        ax.scatter(best["resolution"], best["accuracy"], marker="*", s=160, color=colour, zorder=4)
+        ax.scatter(native["resolution"], native["accuracy"], marker="o", s=150, facecolors="none",
+                   edgecolors=colour, linewidths=1.5, zorder=4)
+    ax.set_xscale("log")
+    ticks = sorted({int(r) for r in rows["resolution"]})
+    ax.set_xticks(ticks, [str(t) for t in ticks])
+    ax.minorticks_off()
+    ax.set_xlabel("test resolution (px, log scale)")
+    ax.set_ylabel("top-1 accuracy (%)")
+    ax.set_title(title + "\n(★ best, ○ native resolution)", fontsize=10)
+    ax.grid(True, color="0.9", lw=0.6)
+    ax.legend(loc="best", fontsize=7, framealpha=0.9)
+    fig.tight_layout()
+    return fig
+
+
+@register_section
+class ResolutionSection(Section):
+    """Resolution sweeps stored in the results store (``--store``): accuracy per test resolution,
+    one line per model, best and native resolutions marked (Touvron et al. 2019)."""
+
+    key, title, scope = "resolution", "Resolution sweeps", "report"
+
+    def available(self, ctx: ReportContext, tb: TestbedReport | None) -> bool:
+        return ctx.store is not None and len(resolution_studies(ctx.store)) > 0
+
+    def render(self, ctx: ReportContext, tb: TestbedReport | None) -> list[Rendered]:
+        rows = resolution_studies(ctx.store)
+        parts = [f"<p>{rows['model'].nunique()} models swept over test resolutions on {rows['setting'].nunique()} "
+                 "setting(s). Each resolution r is the side of the centre crop fed to the network, resized by the "
+                 "model's own resize-to-crop ratio unless the sweep was run with <code>--no-adjust</code>; "
+                 "★ marks each model's most accurate resolution, ○ its native input size "
+                 "(Touvron et al. 2019).</p>"]
+        for setting, sub in rows.groupby("setting", sort=True):
+            parts.append(f"<h3>{esc(setting)}</h3>")
+            title = f"Accuracy against test resolution on {setting}"
+            if sub["accuracy"].notna().any():
+                parts.append(ctx.plot(resolution_figure(sub, title=title)))
+                stem = ctx.out_dir / "resolution" / slug(setting)
+                parts.append(ctx.static_figure(plot_resolution(sub, title=title), stem))
+            failed = sub[sub["error"].notna()]
+            if len(failed):
+                parts.append('<p class="sb-reason">Not run at every resolution: ' + "; ".join(
+                    f"{esc(r.model)} at {int(r.resolution)} px ({esc(r.error)})" for r in failed.itertuples())
+                    + ".</p>")
+            shown = sub.assign(best=np.where(sub["best"].astype(bool), "★", ""),
+                               native=np.where(sub["native"].astype(bool), "○", ""))
+            parts.append(small_table(shown.drop(columns=["setting", "error"]).rename(
+                columns={"accuracy": "top-1 %", "top5": "top-5 %", "n_examples": "examples"}),
+                {"resolution": "d", "resize": ".0f", "top-1 %": ".2f", "top-5 %": ".2f", "examples": "d"}))
+            parts.append(ctx.table(sub, ctx.out_dir / "resolution" / slug(setting),
+                                   f"Top-1 accuracy (%) against test resolution on {setting}"))
+        anchor = ctx.anchor(self.key)
+        return [Rendered(self.title, anchor, section_html(anchor, self.title, "".join(parts), level=2))]
