@@ -34,6 +34,9 @@ BINS: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 """Recht et al.'s five selection-frequency bins of width 0.2 (``standard_bins`` of their code)."""
 STRATEGIES: tuple[str, ...] = ("matched-frequency", "threshold", "top-images")
 FALLBACKS: tuple[str, ...] = ("error", "upward")
+_HINTS = {"matched-frequency": "add candidates, lower images_per_class or use fallback='upward'",
+          "threshold": "add candidates, lower images_per_class or the threshold",
+          "top-images": "add candidates or lower images_per_class"}
 
 
 class TooFewCandidates(DataError):
@@ -268,7 +271,8 @@ def _candidates(table: Any, root: Path | str | None) -> tuple[pd.DataFrame, str,
     empty = np.array([not isinstance(p, str) or not p.strip() for p in raw])
     if empty.any():
         raise DataError(f"{where}: column 'path' at {_rows(where, empty, csv)} is empty")
-    paths = [os.path.normpath(os.path.abspath(p if os.path.isabs(p) else base / p)) for p in raw]
+    base = os.path.abspath(base)
+    paths = [os.path.normpath(os.path.join(base, p)) for p in raw]     # join keeps an absolute p as is
     dup = pd.Series(paths).duplicated().to_numpy()
     if dup.any():
         i = int(np.flatnonzero(dup)[0])
@@ -294,11 +298,11 @@ class Replication:
     """A replicated test set.
 
     ``manifest``: one row per chosen image (``path`` absolute, ``label``,
-    ``selection_frequency``), ordered by label then path. ``summary``: one row per class
+    ``selection_frequency``), ordered by class then path. ``summary``: one row per class
     (``n_candidates``, ``n_images``, ``mean_selection_frequency`` and, with a reference,
     ``reference_n_images``, ``reference_mean_selection_frequency``). ``mean_selection_frequency``
-    is the mean over all chosen images (Recht et al. report it per dataset, e.g. 0.73 for
-    ImageNetV2 MatchedFrequency vs 0.71 for ImageNet val).
+    is the mean over all chosen images (the statistic Recht et al. compare across their three
+    test sets and the original).
     """
 
     manifest: pd.DataFrame
@@ -414,13 +418,16 @@ def replicate(candidates: Any, reference: Any = None, strategy: str = "matched-f
     else:
         classes = sorted(set(cand["label"]), key=str if kind == "name" else int)
 
-    by_class = {lab: g.sort_values("path", kind="stable") for lab, g in cand.groupby("label", sort=False)}
-    ref_by_class = {lab: g["selection_frequency"].to_numpy() for lab, g in ref.groupby("label")} if ref is not None else {}
-    empty = cand.iloc[0:0]
-    parts, rows = [], []
+    cand = cand.sort_values("path", kind="stable", ignore_index=True)   # a class's candidates in path order
+    by_class = cand.groupby("label", sort=False).indices
+    freq_all = cand["selection_frequency"].to_numpy()
+    votes_all = cand["n_annotators"].to_numpy() if "n_annotators" in cand else None
+    ref_by_class = ({lab: ref["selection_frequency"].to_numpy()[i] for lab, i in ref.groupby("label").indices.items()}
+                    if ref is not None else {})
+    picked, rows = [], []
     for lab in classes:
-        group = by_class.get(lab, empty)
-        freqs = group["selection_frequency"].to_numpy()
+        members = by_class.get(lab, np.zeros(0, dtype=np.int64))
+        freqs = freq_all[members]
         try:
             if strategy == "matched-frequency":
                 idx = matched_frequency(freqs, ref_by_class[lab], images_per_class, bins=edges,
@@ -428,20 +435,18 @@ def replicate(candidates: Any, reference: Any = None, strategy: str = "matched-f
             elif strategy == "threshold":
                 idx = _threshold(freqs, images_per_class, threshold, rng=class_rng(seed, lab))
             else:
-                votes = group["n_annotators"].to_numpy() if "n_annotators" in group else None
-                idx = top_images(freqs, images_per_class, n_annotators=votes)
+                idx = top_images(freqs, images_per_class, n_annotators=None if votes_all is None else votes_all[members])
         except TooFewCandidates as exc:
             raise TooFewCandidates(f"{where}: too few candidates for class {lab!r} under {strategy} "
-                                   f"({len(group)} candidates): {exc}") from None
-        chosen = group.iloc[idx]
-        parts.append(chosen[["path", "label", "selection_frequency"]])
-        row = {"label": lab, "n_candidates": len(group), "n_images": len(chosen),
-               "mean_selection_frequency": float(chosen["selection_frequency"].mean())}
+                                   f"({len(members)} candidates): {exc} ({_HINTS[strategy]})") from None
+        picked.append(members[idx])
+        row = {"label": lab, "n_candidates": len(members), "n_images": len(idx),
+               "mean_selection_frequency": float(freqs[idx].mean())}
         if ref is not None:
             row |= {"reference_n_images": len(ref_by_class[lab]),
                     "reference_mean_selection_frequency": float(np.mean(ref_by_class[lab]))}
         rows.append(row)
-    manifest = pd.concat(parts, ignore_index=True)
+    manifest = cand.iloc[np.concatenate(picked)][["path", "label", "selection_frequency"]].reset_index(drop=True)
     params = {"images_per_class": int(images_per_class), "seed": int(seed)}
     if strategy == "threshold":
         params["threshold"] = float(threshold)
