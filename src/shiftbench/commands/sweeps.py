@@ -1,0 +1,109 @@
+"""``shiftbench resolution-sweep`` and ``shiftbench composite``: studies kept in the results store.
+
+Each is one call into the API -- :func:`shiftbench.shifts.resolution.resolution_sweep` and
+:func:`shiftbench.shifts.compositing.compositing_study` -- with the engine's progress bar on
+stderr and the resulting table on stdout; ``shiftbench report --store DIR`` then shows the
+"Resolution sweeps" and "Object compositing" sections.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+
+def _resolutions(text: str | None) -> tuple[int, ...] | None:
+    """``64,128,224`` -> (64, 128, 224); a bad value is a typer.BadParameter naming the option."""
+    if text is None:
+        return None
+    try:
+        values = tuple(int(v) for v in text.replace(" ", "").split(",") if v)
+    except ValueError:
+        values = ()
+    if not values or any(v < 1 for v in values):
+        raise typer.BadParameter(f"{text!r}: give positive integers separated by commas, e.g. 64,128,224",
+                                 param_hint="--resolutions")
+    return values
+
+
+def _num(value: object, spec: str) -> str:
+    try:
+        v = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return ""
+    return "" if v != v else format(v, spec)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``resolution-sweep`` and ``composite`` to the ``shiftbench`` app."""
+
+    @app.command("resolution-sweep")
+    def resolution_sweep_cmd(
+        model: Annotated[str, typer.Option("--model", "-m", help="Model spec, e.g. timm:resnet50.a1_in1k or "
+                                           "efficientnet-lite0.")],
+        setting: Annotated[str, typer.Option("--setting", "-s", help="One setting (shiftbench list settings), e.g. "
+                                             "val or folder:DIR.")],
+        resolutions: Annotated[Optional[str], typer.Option(
+            "--resolutions", help="Test resolutions (crop sides), comma-separated; default "
+            "64,128,224,288,320,384,512,768.")] = None,
+        adjust: Annotated[bool, typer.Option("--adjust/--no-adjust", help="Keep the model's resize-to-crop ratio "
+                                             "(default) or resize straight to the resolution.")] = True,
+        store: Annotated[Path, typer.Option("--store", help="Results store directory.")] = Path("shiftbench-results"),
+        data_root: Annotated[Path, typer.Option("--data-root", help="Folder holding the datasets in their default "
+                                                "folders.")] = Path("."),
+        limit: Annotated[Optional[int], typer.Option("--limit", help="Only the first N examples.")] = None,
+        batch_size: Annotated[int, typer.Option("--batch-size", help="Images per forward pass.")] = 64,
+        device: Annotated[Optional[str], typer.Option("--device", help="cuda, cuda:1 or cpu (default: cuda if "
+                                                      "present).")] = None,
+        partial: Annotated[bool, typer.Option("--partial", help="Accept a partial copy of a dataset.")] = False,
+    ) -> None:
+        """Accuracy of one model at each test resolution (FixRes); stored as a study for the report."""
+        from shiftbench.cli import Table, out
+        from shiftbench.shifts.resolution import RESOLUTIONS, resolution_sweep
+
+        frame = resolution_sweep(model, setting, _resolutions(resolutions) or RESOLUTIONS, data_root=data_root,
+                                 store=store, adjust_resize_ratio=adjust, limit=limit, batch_size=batch_size,
+                                 device=device, partial=partial, progress=True)
+        native = int(frame["native_resolution"].iloc[0])
+        table = Table("resolution", "resize", "top-1 %", "top-5 %", "examples", "", title=(
+            f"{frame['base_model'].iloc[0]} on {setting}: resolution sweep (native {native}), "
+            f"study {frame.attrs['study']!r} in {store}"))
+        for r in frame.to_dict("records"):
+            marks = ", ".join(m for m, on in (("best", r["best"]), ("native", r["resolution"] == native)) if on)
+            table.add_row(str(r["resolution"]), str(r["resize"]), _num(r["accuracy"], ".2f"), _num(r["top5"], ".2f"),
+                          f"{int(r['n_examples']):,}", marks or (r["error"] or ""))
+        out.print(table)
+
+    @app.command("composite")
+    def composite_cmd(
+        model: Annotated[str, typer.Option("--model", "-m", help="Model spec, e.g. efficientnet-lite0.")],
+        spec: Annotated[Path, typer.Option("--spec", help="Composite spec (JSON/YAML: foregrounds, backgrounds, "
+                                           "sizes, locations, rotations).")],
+        store: Annotated[Path, typer.Option("--store", help="Results store directory.")] = Path("shiftbench-results"),
+        data_root: Annotated[Path, typer.Option("--data-root", help="Resolve a relative --spec here if it is not "
+                                                "in the working directory.")] = Path("."),
+        limit: Annotated[Optional[int], typer.Option("--limit", help="Only the first N composite images.")] = None,
+        batch_size: Annotated[int, typer.Option("--batch-size", help="Images per forward pass.")] = 64,
+        device: Annotated[Optional[str], typer.Option("--device", help="cuda, cuda:1 or cpu (default: cuda if "
+                                                      "present).")] = None,
+    ) -> None:
+        """SI-SCORE-style compositing: accuracy per object size, rotation and location; stored as a study."""
+        from shiftbench.cli import Table, out
+        from shiftbench.shifts.compositing import compositing_study, heatmap_from_study
+
+        frame = compositing_study(model, str(spec), data_root=data_root, store=store, limit=limit,
+                                  batch_size=batch_size, device=device, progress=True)
+        a = frame.attrs
+        out.print(f"{frame['model'].iloc[0]} on {frame['setting'].iloc[0]}: top-1 {a['accuracy']:.2f}% over "
+                  f"{a['n_examples']:,} images; study {a['study']!r} in {store}")
+        table = Table("factor", "value", "top-1 %", "images", title="accuracy per factor value")
+        for r in frame[frame["factor"] != "location"].to_dict("records"):
+            table.add_row(r["factor"], r["label"], f"{r['accuracy']:.2f}", str(int(r["n"])))
+        out.print(table)
+        heat = heatmap_from_study(frame)
+        grid = Table("y \\ x", *(f"{x:g}" for x in heat.columns),
+                     title="location map: accuracy / its 95th percentile over locations")
+        for y, row in heat.iterrows():
+            grid.add_row(f"{y:g}", *(_num(v, ".2f") for v in row))
+        out.print(grid)
