@@ -180,3 +180,85 @@ def test_trajectory_tables_are_validated():
         check_trajectory(bad.drop(columns=["epoch"]))
     with pytest.raises(ConfigError, match="no setting 'v2'"):
         trajectory_effective_robustness(bad, "id", "v2", fit=fit_trend([1, 2, 3], [1, 2, 3]))
+
+
+# ----------------------------------------------------------------------------- figures
+def _figure_inputs():
+    from report_testbed import V2, tiny_testbed
+
+    tb = tiny_testbed()
+    fit = fit_trend("val", V2, testbed=tb)
+    trajs = {name: trajectory_effective_robustness(_traj(pts, name).replace({"id": "val", "ood": V2}), "val", V2,
+                                                   fit=fit)
+             for name, pts in (("pre", [(0, 12, 9), (5, 60, 55), (10, 70, 58), (50, 80, 68)]),
+                               ("scratch", [(0, 11, 10), (5, 40, 28), (50, 78, 65)]))}
+    return tb, fit, trajs, V2
+
+
+def test_static_trajectory_figure_draws_every_checkpoint_with_start_and_end():
+    import matplotlib.pyplot as plt
+
+    from shiftbench.report.trajectory_figures import plot_trajectory
+
+    tb, fit, trajs, v2 = _figure_inputs()
+    fig = plot_trajectory(tb, "val", v2, trajs, fit=fit, n_resamples=0)
+    lines = {ln.get_gid(): ln for ln in fig.axes[0].lines if ln.get_gid()}
+    assert len(lines["trajectory:pre"].get_xdata()) == 4 and len(lines["trajectory:scratch"].get_xdata()) == 3
+    assert len(lines["start:pre"].get_xdata()) == 1 and len(lines["end:scratch"].get_xdata()) == 1
+    arrows = [t for t in fig.axes[0].texts if t.arrow_patch is not None]
+    assert len(arrows) == 3 + 2                                     # one per consecutive pair of checkpoints
+    lo, hi = fig.axes[0].get_xlim()                                 # the 11% start (far left of the models) is in view
+    assert lo < float(np.log(11 / 89)) < hi
+    plt.close(fig)
+
+
+def test_er_figures_have_one_line_per_trajectory_with_one_point_per_checkpoint():
+    import matplotlib.pyplot as plt
+
+    from shiftbench.report.trajectory_figures import plot_trajectory_er, trajectory_er_figure, trajectory_figure
+
+    tb, fit, trajs, v2 = _figure_inputs()
+    fig = plot_trajectory_er(trajs, by="step")
+    lines = {ln.get_gid(): ln for ln in fig.axes[0].lines if ln.get_gid()}
+    assert list(lines) == ["er:pre", "er:scratch"]
+    assert list(lines["er:pre"].get_ydata()) == pytest.approx(trajs["pre"]["effective_robustness"].tolist())
+    plt.close(fig)
+    pfig = trajectory_er_figure(trajs, by="epoch")
+    assert [len(t.x) for t in pfig.data] == [4, 3]
+    tfig = trajectory_figure(tb, "val", v2, trajs, fit=fit)
+    traces = [t for t in tfig.data if t.name and t.name.startswith("trajectory:")]
+    assert [len(t.x) for t in traces] == [4, 3]
+    assert list(traces[0].marker.symbol) == ["circle", "arrow", "arrow", "arrow"]
+    with pytest.raises(ConfigError, match="'step' or 'epoch'"):
+        plot_trajectory_er(trajs, by="batch")
+
+
+# ----------------------------------------------------------------------------- report section
+def _store_with_trajectory(root: Path, x: str, y: str) -> Path:
+    rows = _traj([(0, 12, 9), (5, 60, 55), (50, 80, 68)], "ft-<b>").replace({"id": x, "ood": y})
+    Store(root).write_study("trajectory", "ft-<b>", rows, {"settings": [x, y], "id_setting": x})
+    return root
+
+
+def test_report_shows_the_trajectory_section_only_when_a_trajectory_fits_the_testbed(tmp_path):
+    from report_testbed import V2, calibration_store, tiny_testbed
+
+    from shiftbench.report import write_html_report
+
+    without = write_html_report([tiny_testbed()], tmp_path / "a", store=calibration_store(tmp_path / "s1"),
+                                n_resamples=50, figure_formats=()).read_text()
+    assert "Fine-tuning trajectories" not in without
+    other = _store_with_trajectory(tmp_path / "s2", "mnist-test", "uci-digits")    # settings not in the testbed
+    assert "Fine-tuning trajectories" not in write_html_report([tiny_testbed()], tmp_path / "b", store=other,
+                                                               n_resamples=50, figure_formats=()).read_text()
+    store = _store_with_trajectory(tmp_path / "s3", "val", V2)
+    doc = write_html_report([tiny_testbed()], tmp_path / "c", store=store, n_resamples=50,
+                            figure_formats=(".png",)).read_text()
+    assert "Fine-tuning trajectories" in doc and "ft-&lt;b&gt;" in doc and "ft-<b>" not in doc
+    assert (tmp_path / "c" / "tiny" / f"trajectory_{V2}_vs_val.png").exists()
+    assert (tmp_path / "c" / "tiny" / f"trajectory_{V2}_vs_val_er.png").exists()
+    table = pd.read_csv(tmp_path / "c" / "tiny" / f"trajectory_{V2}_vs_val.csv")
+    assert table["step"].tolist() == [0, 5, 50]
+    fit = fit_trend("val", V2, testbed=tiny_testbed())
+    assert table["effective_robustness"].tolist() == pytest.approx(
+        [y - float(fit.predict(x)) for x, y in ((12, 9), (60, 55), (80, 68))], abs=1e-6)

@@ -1,0 +1,128 @@
+"""The HTML report's "Fine-tuning trajectories" section (replaces the placeholder of
+:mod:`shiftbench.report.sections` by re-registering its key ``fine-tuning``).
+
+For each testbed, every trajectory stored in the report's results store (``--store``; studies
+of kind ``trajectory``, written by :class:`shiftbench.engine.trajectory.Trajectory`) whose
+in-distribution and shifted settings are both in the testbed is drawn over the testbed's trend,
+with its checkpoints' effective robustness against step/epoch and a table of the numbers
+(Andreassen et al. 2021). The section is left out when no stored trajectory fits the testbed.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from shiftbench.analysis.trajectory import trajectory_effective_robustness, trajectory_summary
+from shiftbench.analysis.trend import fit_trend
+from shiftbench.errors import ShiftbenchError
+from shiftbench.report.sections import (
+    ReportContext, Rendered, Section, TestbedReport, esc, register_section, section_html, slug, small_table)
+from shiftbench.report.trajectory_figures import (
+    plot_trajectory, plot_trajectory_er, trajectory_er_figure, trajectory_figure)
+
+KIND = "trajectory"
+
+
+def stored_trajectories(store) -> dict[str, tuple[pd.DataFrame, str, list[str]]]:
+    """``{name: (rows, id_setting, shifted settings)}`` of every trajectory in ``store``
+    (unreadable studies are skipped)."""
+    out = {}
+    if store is None:
+        return out
+    for name in store.study_names(KIND):
+        try:
+            frame = store.read_study(KIND, name)
+            meta = store.study_meta(KIND, name)
+        except ShiftbenchError:
+            continue
+        settings = list(meta.get("settings") or dict.fromkeys(frame.get("setting", [])))
+        x = meta.get("id_setting") or (settings[0] if settings else None)
+        if x is None or not len(frame):
+            continue
+        out[name] = (frame, x, [s for s in settings if s != x])
+    return out
+
+
+def _pairs(ctx: ReportContext, tb: TestbedReport) -> dict[tuple[str, str], dict[str, pd.DataFrame]]:
+    """Trajectories of the store by (x, y) pair of settings both in the testbed (cached)."""
+    if "trajectories" in tb.cache:
+        return tb.cache["trajectories"]  # type: ignore[return-value]
+    settings = set(tb.testbed.settings)
+    pairs: dict[tuple[str, str], dict[str, pd.DataFrame]] = {}
+    for name, (frame, x, ys) in stored_trajectories(ctx.store).items():
+        for y in ys:
+            if x in settings and y in settings:
+                pairs.setdefault((x, y), {})[name] = frame
+    tb.cache["trajectories"] = pairs
+    return pairs
+
+
+def _trend(ctx: ReportContext, tb: TestbedReport, x: str, y: str):
+    """The shift analysis' fit and band when the report analysed this pair, else a fit here."""
+    for a in tb.analyses:
+        if a.shift.x == x and a.shift.y == y and a.fit is not None and a.fit.kind == "linear":
+            return a.fit, a.band
+    from shiftbench.analysis.trajectory import is_checkpoint
+
+    models = tb.testbed.select([m for m in tb.testbed.models if not is_checkpoint(m)])
+    return fit_trend(x, y, ctx.scale, testbed=models), None
+
+
+@register_section
+class TrajectorySection(Section):
+    """Fine-tuning trajectories drawn over the trend, and their effective robustness by step."""
+
+    key, title = "fine-tuning", "Fine-tuning trajectories"
+
+    def available(self, ctx: ReportContext, tb: TestbedReport | None) -> bool:
+        return tb is not None and ctx.store is not None and bool(_pairs(ctx, tb))
+
+    def render(self, ctx: ReportContext, tb: TestbedReport | None) -> list[Rendered]:
+        assert tb is not None
+        parts = ['<p class="sb-note">Each checkpoint of a training run evaluated with '
+                 "<code>shiftbench.Trajectory</code>, placed against the trend of the testbed's standard models: "
+                 "its effective robustness is its shifted accuracy minus the trend's prediction at its "
+                 "in-distribution accuracy. Andreassen et al. (2021) found that pre-trained models are "
+                 "effectively robust early in fine-tuning, and that this vanishes as fine-tuning converges. "
+                 "Ring: first checkpoint; star: last.</p>"]
+        for (x, y), trajs in _pairs(ctx, tb).items():
+            parts.append(self._pair(ctx, tb, x, y, trajs))
+        anchor = ctx.anchor(tb.anchor, self.key)
+        return [Rendered(self.title, anchor, section_html(anchor, self.title, "".join(parts)))]
+
+    def _pair(self, ctx: ReportContext, tb: TestbedReport, x: str, y: str, trajs: dict[str, pd.DataFrame]) -> str:
+        head = f"<h4>{esc(y)} vs {esc(x)}: {len(trajs)} trajectories</h4>"
+        try:
+            fit, band = _trend(ctx, tb, x, y)
+            ers = {n: trajectory_effective_robustness(f, x, y, fit=fit) for n, f in trajs.items()}
+        except ShiftbenchError as exc:
+            return head + f'<p class="sb-reason">No trend to compare with: {esc(str(exc).rstrip("."))}.</p>'
+        lines = []
+        for name, er in ers.items():
+            s = trajectory_summary(er)
+            lines.append(f"<li><b>{esc(name)}</b>: {s['n_checkpoints']} checkpoints; effective robustness "
+                         f"{s['start_er']:+.2f} pp at step {s['start_step']}, peak {s['peak_er']:+.2f} pp at step "
+                         f"{s['peak_step']} ({x} {s['peak_x_acc']:.2f}%), {s['end_er']:+.2f} pp at the last step "
+                         f"{s['end_step']} ({x} {s['end_x_acc']:.2f}%, {y} {s['end_y_acc']:.2f}%).</li>")
+        body = [head, f"<ul>{''.join(lines)}</ul>"]
+        stem = tb.dir / f"trajectory_{slug(y)}_vs_{slug(x)}"
+        title = f"Fine-tuning trajectories ({tb.testbed.name}): {y} vs {x}"
+        body.append(ctx.plot(trajectory_figure(tb.testbed, x, y, ers, fit=fit, band=band, title=title)))
+        if ctx.figure_formats:
+            body.append(ctx.static_figure(plot_trajectory(tb.testbed, x, y, ers, fit=fit, band=band, title=title),
+                                          stem))
+        by = "epoch" if all(e["epoch"].notna().all() for e in ers.values()) else "step"
+        er_title = f"Effective robustness on {y} during fine-tuning ({tb.testbed.name})"
+        body.append(ctx.plot(trajectory_er_figure(ers, by=by, title=er_title)))
+        if ctx.figure_formats:
+            body.append(ctx.static_figure(plot_trajectory_er(ers, by=by, title=er_title), stem.with_name(stem.name + "_er")))
+        table = pd.concat([e.assign(trajectory=n) for n, e in ers.items()], ignore_index=True)
+        table = table[["trajectory", "step", "epoch", "x_acc", "y_acc", "predicted_y_acc", "effective_robustness"]]
+        shown = table.rename(columns={"x_acc": f"{x} %", "y_acc": f"{y} %", "predicted_y_acc": "trend %",
+                                      "effective_robustness": "ER (pp)"})
+        body.append(small_table(shown, {"step": "d", "epoch": ".2f", f"{x} %": ".2f", f"{y} %": ".2f",
+                                        "trend %": ".2f", "ER (pp)": "+.2f"}))
+        body.append(ctx.table(table, stem, f"Fine-tuning trajectories on {tb.testbed.name}: {y} vs {x}"))
+        return "".join(body)
+
+
+__all__ = ["TrajectorySection", "stored_trajectories"]

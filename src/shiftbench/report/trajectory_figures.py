@@ -1,0 +1,236 @@
+"""Figures of fine-tuning trajectories (Andreassen et al. 2021, Figures 1-2).
+
+* :func:`plot_trajectory` / :func:`trajectory_figure`: each trajectory's checkpoints drawn over
+  the testbed's scatter and trend (shifted against in-distribution accuracy, logit axes with
+  ticks in percent), joined in step order with arrows, the start marked by a ring and the end
+  by a star;
+* :func:`plot_trajectory_er` / :func:`trajectory_er_figure`: effective robustness against
+  step or epoch, one line per trajectory, with the trend (``rho = 0``) as a reference line.
+
+matplotlib for the static PNG/SVG/PDF, plotly for the HTML report. A trajectory is a table with
+``step``, ``x_acc``, ``y_acc`` (percent) and optionally ``epoch`` and ``effective_robustness``
+(:func:`~shiftbench.analysis.trajectory.trajectory_effective_robustness`), keyed by its name.
+Checkpoints stored in the testbed itself (``<name>@step<k>``) are not drawn as models.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import matplotlib
+
+matplotlib.use("Agg", force=False)
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import plotly.graph_objects as go  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from shiftbench.analysis.scaling import inverse, transform  # noqa: E402
+from shiftbench.analysis.trajectory import is_checkpoint  # noqa: E402
+from shiftbench.analysis.trend import Band, TrendFit, fit_trend  # noqa: E402
+from shiftbench.errors import ConfigError, DataError  # noqa: E402
+from shiftbench.report.figures import _fmt, _ticks, plot_trend  # noqa: E402
+from shiftbench.report.interactive import _layout, _round, plotly_text, trend_figure  # noqa: E402
+from shiftbench.testbed import Testbed  # noqa: E402
+
+#: Line colours of trajectories, in order (distinct from the model-type colours of the scatter).
+TRAJECTORY_COLOURS = ("#7b3294", "#111111", "#e7298a", "#1b9e77", "#d95f02", "#666666")
+
+Trajectories = Mapping[str, pd.DataFrame]
+
+
+def _check(trajectories: Trajectories, need_er: bool = False) -> dict[str, pd.DataFrame]:
+    if not trajectories:
+        raise ConfigError("no trajectories to draw; pass {name: table with step, x_acc, y_acc}")
+    out = {}
+    for name, t in trajectories.items():
+        cols = {"step", "x_acc", "y_acc"} | ({"effective_robustness"} if need_er else set())
+        missing = sorted(cols - set(t.columns))
+        if missing:
+            raise DataError(f"trajectory {name!r}: missing column(s) {', '.join(missing)}")
+        if len(t) == 0:
+            raise DataError(f"trajectory {name!r} has no checkpoints")
+        out[str(name)] = t.sort_values("step").reset_index(drop=True)
+    return out
+
+
+def _models(testbed: Testbed) -> Testbed:
+    return testbed.select([m for m in testbed.models if not is_checkpoint(m)])
+
+
+def _colour(i: int) -> str:
+    return TRAJECTORY_COLOURS[i % len(TRAJECTORY_COLOURS)]
+
+
+# ----------------------------------------------------------------------------- matplotlib
+def plot_trajectory(
+    testbed: Testbed,
+    x: str,
+    y: str,
+    trajectories: Trajectories,
+    *,
+    scale: str = "logit",
+    fit: TrendFit | None = None,
+    band: Band | None = None,
+    n_resamples: int = 1000,
+    title: str | None = None,
+) -> Figure:
+    """The testbed's scatter and trend of ``y`` on ``x`` (:func:`~shiftbench.report.plot_trend`)
+    with every trajectory drawn over it in step order (ring: first checkpoint, star: last)."""
+    trajs = _check(trajectories)
+    models = _models(testbed)
+    fit = fit if fit is not None else fit_trend(x, y, scale, testbed=models)
+    fig = plot_trend(models, x, y, fit=fit, band=band, n_resamples=n_resamples,
+                     title=title or f"Fine-tuning trajectories: {y} vs {x}")
+    ax = fig.axes[0]
+    scale = fit.scale
+    (x_lo, x_hi), (y_lo, y_hi) = ax.get_xlim(), ax.get_ylim()
+    for i, (name, t) in enumerate(trajs.items()):
+        c = _colour(i)
+        xs, ys = transform(t["x_acc"], scale), transform(t["y_acc"], scale)
+        ax.plot(xs, ys, "-o", color=c, lw=1.4, ms=3.5, label=f"trajectory: {name} ({len(t)} checkpoints)",
+                zorder=6, gid=f"trajectory:{name}")
+        for j in range(len(xs) - 1):
+            ax.annotate("", xy=(xs[j + 1], ys[j + 1]), xytext=(xs[j], ys[j]), zorder=6,
+                        arrowprops=dict(arrowstyle="-|>", color=c, lw=1.2, shrinkA=0, shrinkB=2, mutation_scale=9))
+        ax.plot(xs[:1], ys[:1], "o", ms=10, mfc="none", mec=c, mew=1.6, zorder=7, gid=f"start:{name}")
+        ax.plot(xs[-1:], ys[-1:], "*", ms=13, color=c, mec="white", mew=0.6, zorder=7, gid=f"end:{name}")
+        pad_x, pad_y = 0.04 * (x_hi - x_lo), 0.04 * (y_hi - y_lo)
+        x_lo, x_hi = min(x_lo, float(xs.min()) - pad_x), max(x_hi, float(xs.max()) + pad_x)
+        y_lo, y_hi = min(y_lo, float(ys.min()) - pad_y), max(y_hi, float(ys.max()) + pad_y)
+    grid = np.linspace(x_lo, x_hi, 200)      # the trend and y = x across the widened axes
+    ax.plot(grid, fit.predict_scaled(grid), color="black", lw=0.9, ls=":", zorder=2)
+    ax.plot(grid, grid, ls="--", color="0.45", lw=1, zorder=1)
+    _set_axes(ax, x_lo, x_hi, y_lo, y_hi, scale)
+    ax.legend(loc="upper left", fontsize=7, framealpha=0.9)
+    return fig
+
+
+def _set_axes(ax, x_lo: float, x_hi: float, y_lo: float, y_hi: float, scale: str) -> None:
+    """Limits in scaled units, ticks in percent (the trend line is redrawn across the new width)."""
+    ax.set_xlim(x_lo, x_hi)
+    ax.set_ylim(y_lo, y_hi)
+    for setter, lo, hi in ((ax.set_xticks, x_lo, x_hi), (ax.set_yticks, y_lo, y_hi)):
+        ticks = _ticks(float(inverse(lo, scale)), float(inverse(hi, scale)), scale)
+        setter(transform(ticks, scale), [_fmt(t) for t in ticks])
+
+
+def _er_axis(t: pd.DataFrame, by: str) -> np.ndarray:
+    if by not in ("step", "epoch"):
+        raise ConfigError(f"by={by!r}: draw effective robustness against 'step' or 'epoch'")
+    if by == "epoch" and ("epoch" not in t or t["epoch"].isna().any()):
+        raise DataError("some checkpoints have no epoch; draw against by='step'")
+    return t[by].to_numpy(dtype=float)
+
+
+def _linthresh(trajs: dict[str, pd.DataFrame], by: str) -> float:
+    values = np.concatenate([_er_axis(t, by) for t in trajs.values()])
+    positive = values[values > 0]
+    return float(positive.min()) if len(positive) else 1.0
+
+
+def plot_trajectory_er(trajectories: Trajectories, *, by: str = "epoch", log_x: bool = True,
+                       title: str = "Effective robustness during fine-tuning") -> Figure:
+    """Effective robustness (pp) against ``by`` (``step`` or ``epoch``), one line per trajectory;
+    with ``log_x`` the axis is symmetric-log (linear up to the first checkpoint after 0), so
+    the early sub-epoch checkpoints are not squeezed against the start."""
+    trajs = _check(trajectories, need_er=True)
+    fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
+    ax.axhline(0, color="black", lw=1, label="on the trend (ρ = 0)", zorder=1)
+    for i, (name, t) in enumerate(trajs.items()):
+        ax.plot(_er_axis(t, by), t["effective_robustness"], "-o", color=_colour(i), ms=4, lw=1.5,
+                label=name, zorder=3, gid=f"er:{name}")
+    if log_x:
+        ax.set_xscale("symlog", linthresh=_linthresh(trajs, by))
+    ax.set_xlabel(f"fine-tuning {by}" + (" (symmetric log scale)" if log_x else ""))
+    ax.set_ylabel("effective robustness (pp)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, color="0.9", lw=0.6)
+    ax.legend(loc="best", fontsize=7, framealpha=0.9)
+    fig.tight_layout()
+    return fig
+
+
+# ----------------------------------------------------------------------------- plotly
+def _hover(t: pd.DataFrame, name: str) -> tuple[list[list[object]], str]:
+    er = t["effective_robustness"] if "effective_robustness" in t else pd.Series(np.nan, index=t.index)
+    epoch = t["epoch"] if "epoch" in t else pd.Series(np.nan, index=t.index)
+    custom = [[int(s), e, a, b, r] for s, e, a, b, r in zip(t["step"], _round(epoch, 3), _round(t["x_acc"], 2),
+                                                           _round(t["y_acc"], 2), _round(er, 2))]
+    template = ("<b>" + plotly_text(name) + "</b><br>step %{customdata[0]} (epoch %{customdata[1]})"
+                "<br>x: %{customdata[2]:.2f}%<br>y: %{customdata[3]:.2f}%"
+                "<br>effective robustness: %{customdata[4]:+.2f} pp<extra></extra>")
+    return custom, template
+
+
+def trajectory_figure(
+    testbed: Testbed,
+    x: str,
+    y: str,
+    trajectories: Trajectories,
+    *,
+    fit: TrendFit | None = None,
+    band: Band | None = None,
+    er: pd.DataFrame | None = None,
+    scale: str = "logit",
+    title: str | None = None,
+) -> go.Figure:
+    """Interactive twin of :func:`plot_trajectory`: the testbed's scatter and trend
+    (:func:`~shiftbench.report.interactive.trend_figure`) with one ``lines+markers`` trace per
+    trajectory (arrow markers pointing along the steps), a ring at its start and a star at its end."""
+    trajs = _check(trajectories)
+    frame, _ = _models(testbed).paired(x, y)
+    scale = fit.scale if fit is not None else scale
+    fig = trend_figure(frame, x=x, y=y, title=title or f"Fine-tuning trajectories: {y} vs {x}", fit=fit,
+                       band=band, er=er, scale=scale)
+    x_lo, x_hi = fig.layout.xaxis.range
+    y_lo, y_hi = fig.layout.yaxis.range
+    for i, (name, t) in enumerate(trajs.items()):
+        c = _colour(i)
+        xs, ys = transform(t["x_acc"], scale), transform(t["y_acc"], scale)
+        custom, template = _hover(t, name)
+        symbols = ["circle"] + ["arrow"] * (len(t) - 1)
+        fig.add_trace(go.Scatter(x=_round(xs, 4), y=_round(ys, 4), mode="lines+markers",
+                                 name=plotly_text(f"trajectory: {name} ({len(t)} checkpoints)"),
+                                 customdata=custom, hovertemplate=template, line=dict(color=c, width=2),
+                                 marker=dict(color=c, size=9, symbol=symbols, angleref="previous")))
+        fig.add_trace(go.Scatter(x=_round(xs[:1], 4), y=_round(ys[:1], 4), mode="markers", showlegend=False,
+                                 hoverinfo="skip", marker=dict(color="rgba(0,0,0,0)", size=16, symbol="circle-open",
+                                                               line=dict(color=c, width=2))))
+        fig.add_trace(go.Scatter(x=_round(xs[-1:], 4), y=_round(ys[-1:], 4), mode="markers", showlegend=False,
+                                 hoverinfo="skip", marker=dict(color=c, size=16, symbol="star",
+                                                               line=dict(color="white", width=1))))
+        pad_x, pad_y = 0.04 * (x_hi - x_lo), 0.04 * (y_hi - y_lo)
+        x_lo, x_hi = min(x_lo, float(xs.min()) - pad_x), max(x_hi, float(xs.max()) + pad_x)
+        y_lo, y_hi = min(y_lo, float(ys.min()) - pad_y), max(y_hi, float(ys.max()) + pad_y)
+    if fit is not None:   # extend the trend across the widened axis
+        knots = [x_lo, x_hi] if fit.kind == "linear" else None
+        if knots is not None:
+            fig.add_trace(go.Scatter(x=_round(knots, 4), y=_round(fit.predict_scaled(knots), 4), mode="lines",
+                                     showlegend=False, hoverinfo="skip",
+                                     line=dict(color="black", width=1, dash="dot")))
+    for update, lo, hi in ((fig.update_xaxes, x_lo, x_hi), (fig.update_yaxes, y_lo, y_hi)):
+        ticks = _ticks(float(inverse(lo, scale)), float(inverse(hi, scale)), scale)
+        update(range=[lo, hi], tickvals=_round(transform(ticks, scale), 4), ticktext=[_fmt(t) for t in ticks])
+    return fig
+
+
+def trajectory_er_figure(trajectories: Trajectories, *, by: str = "epoch", log_x: bool = True,
+                         title: str = "Effective robustness during fine-tuning") -> go.Figure:
+    """Interactive twin of :func:`plot_trajectory_er` (one trace per trajectory)."""
+    trajs = _check(trajectories, need_er=True)
+    fig = go.Figure()
+    fig.add_hline(y=0, line=dict(color="black", width=1))
+    for i, (name, t) in enumerate(trajs.items()):
+        custom, template = _hover(t, name)
+        xs = _er_axis(t, by)
+        if log_x:   # plotly has no symlog axis: shift by the first positive value and use a log axis
+            xs = xs + _linthresh(trajs, by)
+        fig.add_trace(go.Scatter(x=_round(xs, 5), y=_round(t["effective_robustness"], 3), mode="lines+markers",
+                                 name=plotly_text(name), customdata=custom, hovertemplate=template,
+                                 line=dict(color=_colour(i), width=2), marker=dict(size=7)))
+    label = f"fine-tuning {by}" + (f" + {_linthresh(trajs, by):g} (log scale)" if log_x else "")
+    _layout(fig, plotly_text(title), label, "effective robustness (pp)", height=440)
+    if log_x:
+        fig.update_xaxes(type="log")
+    return fig
