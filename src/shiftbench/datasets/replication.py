@@ -438,7 +438,7 @@ def replicate(candidates: Any, reference: Any = None, strategy: str = "matched-f
                 idx = top_images(freqs, images_per_class, n_annotators=None if votes_all is None else votes_all[members])
         except TooFewCandidates as exc:
             raise TooFewCandidates(f"{where}: too few candidates for class {lab!r} under {strategy} "
-                                   f"({len(members)} candidates): {exc} ({_HINTS[strategy]})") from None
+                                   f"({len(members)} candidates): {exc} ({_HINTS['top-images' if fallback else strategy]})") from None
         picked.append(members[idx])
         row = {"label": lab, "n_candidates": len(members), "n_images": len(idx),
                "mean_selection_frequency": float(freqs[idx].mean())}
