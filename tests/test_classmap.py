@@ -136,6 +136,16 @@ def test_unknown_target_names_name_the_dataset_side(tmp_path):
         ClassMapView.from_file(f, IMAGENET, list(CIFAR10_CLASSES))
 
 
+def test_unknown_names_on_both_sides_are_reported_together_in_one_line(tmp_path):
+    f = write(tmp_path / "m.csv", "source,target\ntabby,cat\nsprots car,automobile\ngolden retriever,dogg\n")
+    with pytest.raises(ConfigError) as err:
+        ClassMapView.from_file(f, IMAGENET, list(CIFAR10_CLASSES))
+    assert str(err.value) == (
+        f"class map {f}: 1 unknown source class: 'sprots car' (did you mean 'sports_car'?); use the model's "
+        "class names or ids 0..999; 1 unknown target class: 'dogg' (did you mean 'dog'?); use the dataset's "
+        "class names or ids 0..9")
+
+
 def test_dataset_classes_the_map_never_feeds_are_named(tmp_path):
     f = write(tmp_path / "m.csv", "source,target\ntabby,cat\n")
     with pytest.raises(ConfigError, match=r"m\.csv: 9 of 10 target classes have no source class: 'airplane', "
@@ -321,3 +331,12 @@ def test_real_efficientnet_lite0_sees_the_cat_photo_as_a_cifar10_cat(tmp_path):
     st = Store(tmp_path / "store")
     row = st.read_predictions(st.results()["key"].iloc[0]).iloc[0]
     assert CIFAR10_CLASSES[row["pred"]] == "cat" and row["confidence"] > 0.9
+
+
+def test_docstring_examples_of_the_classmap_module_run():
+    import doctest
+
+    import shiftbench.views.classmap as mod
+
+    result = doctest.testmod(mod)
+    assert result.attempted >= 4 and result.failed == 0

@@ -290,17 +290,18 @@ def resolve_class_map(pairs: Iterable[tuple[str | int, str | int]], source_class
     An entry is matched, in order, as an exact class name, a class name up to case, spaces and
     underscores (``great_white_shark`` = ``great white shark``), or an integer id
     ``0 .. n - 1`` (JSON integers are always ids). A ``*_classes`` given as an int (no names
-    known) accepts ids only. Unknown entries raise one :class:`ConfigError` per side naming
-    ``where``, the first few unknown names, their count and the closest class names; a name
-    shared by several classes (ImageNet's two ``crane``) asks for the id.
+    known) accepts ids only. Unknown entries raise one one-line :class:`ConfigError` naming
+    ``where`` and, per side, the first few unknown names, their count and the closest class
+    names; a name shared by several classes (ImageNet's two ``crane``) asks for the id.
     """
     pairs = list(pairs)
     src = _Resolver(source_classes, "source", "the model's")
     tgt = _Resolver(target_classes, "target", "the dataset's")
     src_ids = [src(s) for s, _ in pairs]
     tgt_ids = [tgt(t) for _, t in pairs]
-    for side in (src, tgt):
-        side.raise_errors(where)
+    problems = [m for m in (src.problem(), tgt.problem()) if m]
+    if problems:
+        raise ConfigError(f"{where}: " + "; ".join(problems))
     out: dict[int, list[int]] = {}
     for s, t in zip(src_ids, tgt_ids):
         if s not in out.setdefault(t, []):
@@ -340,7 +341,8 @@ class _Resolver:
             self.unknown.append(entry)
         return -1
 
-    def raise_errors(self, where: str) -> None:
+    def problem(self) -> str:
+        """What did not resolve, in words ('' if everything did)."""
         ids = f"ids 0..{self.n - 1}"
         if self.unknown:
             shown = []
@@ -350,12 +352,13 @@ class _Resolver:
             more = f" and {len(self.unknown) - _SHOW} more" if len(self.unknown) > _SHOW else ""
             fix = (f"use {self.owner} class names or {ids}" if self.names is not None
                    else f"{self.owner} classes have no names: use {ids}")
-            raise ConfigError(f"{where}: {len(self.unknown)} unknown {self.side} class"
-                              f"{'es' if len(self.unknown) > 1 else ''}: {', '.join(shown)}{more}; {fix}")
+            return (f"{len(self.unknown)} unknown {self.side} class{'es' if len(self.unknown) > 1 else ''}: "
+                    f"{', '.join(shown)}{more}; {fix}")
         if self.ambiguous:
             name, hits = next(iter(self.ambiguous.items()))
-            raise ConfigError(f"{where}: {self.side} class {name!r} names {len(hits)} of {self.owner} classes "
-                              f"(ids {', '.join(map(str, hits))}); write the integer id instead")
+            return (f"{self.side} class {name!r} names {len(hits)} of {self.owner} classes "
+                    f"(ids {', '.join(map(str, hits))}); write the integer id instead")
+        return ""
 
 
 # --------------------------------------------------------------------------- settings
