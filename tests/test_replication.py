@@ -297,3 +297,25 @@ def test_cli_writes_the_manifest_and_prints_the_summary(candidates, tmp_path):
     result = CliRunner().invoke(cli.app, ["replicate", "--candidates", str(candidates), "--strategy", "threshold",
                                           "-k", "3", "-o", str(out)])
     assert isinstance(result.exception, TooFewCandidates) and "class 0 under threshold" in str(result.exception)
+
+
+def test_parquet_candidates_give_the_same_manifest_as_csv(tmp_path):
+    cand, ref = pool(per_class=15)
+    cand.to_csv(tmp_path / "c.csv", index=False)
+    cand.to_parquet(tmp_path / "c.parquet", index=False)
+    ref.to_parquet(tmp_path / "r.parquet", index=False)
+    a = replicate(tmp_path / "c.csv", tmp_path / "r.parquet", "threshold", images_per_class=2, threshold=0.3, seed=5)
+    b = replicate(tmp_path / "c.parquet", ref, "threshold", images_per_class=2, threshold=0.3, seed=5)
+    pd.testing.assert_frame_equal(a.manifest, b.manifest)
+    assert a.manifest["path"].str.startswith(str(tmp_path)).all()       # relative to the candidates' folder
+
+
+def test_bad_reference_rows_name_the_reference_file(tmp_path):
+    cand, ref = pool()
+    ref.loc[4, "selection_frequency"] = np.nan
+    ref.to_parquet(tmp_path / "val.parquet", index=False)
+    with pytest.raises(DataError, match=r"reference .*val.parquet: column 'selection_frequency' at row 5 is empty"):
+        replicate(cand, tmp_path / "val.parquet")
+    (tmp_path / "val.csv").write_text("label,selection_frequency\n0,0.5\n,0.5\n")
+    with pytest.raises(DataError, match=r"val.csv: column 'label' at line 3 is empty"):
+        replicate(cand, tmp_path / "val.csv")
