@@ -1,0 +1,130 @@
+"""``shiftbench informativeness`` and ``shiftbench diagnostics``: which settings tell model groups
+apart beyond ID accuracy (Djolonga et al. 2021), and how well each shift's trend holds per scaling."""
+from __future__ import annotations
+
+import json
+from typing import Annotated, Optional
+
+import typer
+
+TestbedOpt = Annotated[str, typer.Option("--testbed", "-t", help="Reference name (imagenet-reference, "
+                                         "timm-reference, a+b to merge) or a path to a CSV/Parquet table.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON only.")]
+
+
+def _split(values: list[str] | None) -> list[str] | None:
+    if not values:
+        return None
+    return [v.strip() for item in values for v in item.split(",") if v.strip()]
+
+
+def informativeness_cmd(
+    testbed: TestbedOpt,
+    x: Annotated[str, typer.Option("--x", help="In-distribution setting every classifier gets.")] = "val",
+    group: Annotated[Optional[list[str]], typer.Option(
+        "--group", help="Model types to tell from the baseline (repeat or comma-separate; default every type "
+        "with --min-models models).")] = None,
+    baseline: Annotated[str, typer.Option("--baseline", help="The model type the groups are told from.")] = "STANDARD",
+    n_resamples: Annotated[int, typer.Option("--resamples", help="Bootstrap resamples of the gain.")] = 100,
+    folds: Annotated[int, typer.Option("--folds", help="Stratified cross-validation folds.")] = 5,
+    min_models: Annotated[int, typer.Option("--min-models", help="Fewest models per group and setting.")] = 10,
+    scale: Annotated[str, typer.Option("--scale", help="Feature scaling of accuracies: logit, probit, linear.")] = "logit",
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the resamples and folds.")] = 0,
+    top: Annotated[int, typer.Option("--top", help="Show the K most informative settings per group.")] = 10,
+    as_json: JsonOpt = False,
+) -> None:
+    """Rank settings by how much their accuracy adds to ID accuracy for telling model groups apart
+    (gain in cross-validated balanced accuracy of a logistic regression; Djolonga et al. 2021)."""
+    from shiftbench.analysis.informativeness import informativeness_ranking, top_informative
+    from shiftbench.cli import Table, _clean, _progress, out
+    from shiftbench.reference import load_testbed
+
+    if top < 1:
+        raise typer.BadParameter(f"{top}: show at least 1 setting per group", param_hint="--top")
+    tb = load_testbed(testbed)
+    kwargs = dict(x=x, groups=_split(group), baseline=baseline, n_resamples=n_resamples, n_folds=folds,
+                  min_models=min_models, scale=scale, seed=seed)
+    if as_json:
+        ranking = informativeness_ranking(tb, **kwargs)
+    else:
+        n_settings = len([s for s in tb.settings if s != x])
+        with _progress() as progress:
+            task = progress.add_task("informativeness", total=n_settings)
+
+            def step(setting: str) -> None:
+                progress.update(task, description=f"informativeness: {setting}")
+                progress.advance(task)
+
+            ranking = informativeness_ranking(tb, on_step=step, **kwargs)
+            progress.update(task, description="informativeness ranked")
+    best = top_informative(ranking, top)
+    if as_json:
+        print(json.dumps([{k: _clean(v) for k, v in r.items()} for r in best.to_dict("records")]))
+        return
+    a = ranking.attrs
+    for g in a["groups"]:
+        rows = best[best["group"] == g]
+        table = Table("rank", "setting", "gain (pp)", "gain on data", f"{x} only", f"{x} + setting", "models",
+                      title=f"{tb.name}: settings that tell {g} from {baseline} beyond {x} accuracy (balanced "
+                      f"accuracy %, {folds}-fold CV; gain = bootstrap mean ± s.d. over {n_resamples} resamples)")
+        for r in rows.itertuples(index=False):
+            table.add_row(str(r.rank), r.setting, f"{r.gain_mean:+.1f} ± {r.gain_sd:.1f}", f"{r.gain:+.1f}",
+                          f"{r.score_id:.1f}", f"{r.score_metric:.1f}", f"{r.n_group} + {r.n_baseline}")
+        out.print(table)
+    out.print(f"ranked {ranking['setting'].nunique()} settings for {len(a['groups'])} groups in "
+              f"{a['seconds']:.1f} s; {len(a['skipped'])} (group, setting) pairs skipped with fewer than "
+              f"{min_models} models.")
+
+
+def diagnostics_cmd(
+    testbed: TestbedOpt,
+    x: Annotated[Optional[str], typer.Option("--x", help="Diagnose every setting against this one (default: the "
+                                             "natural shifts the report analyses).")] = None,
+    scale: Annotated[Optional[list[str]], typer.Option(
+        "--scale", help="Scalings to compare (repeat or comma-separate; default logit, probit, linear).")] = None,
+    weak_r2: Annotated[float, typer.Option("--weak-r2", help="Flag trends with r² below this.")] = 0.5,
+    better_by: Annotated[float, typer.Option("--better-by", help="Flag when another scaling's r² is higher by "
+                                             "this much.")] = 0.05,
+    fit_on: Annotated[Optional[list[str]], typer.Option(
+        "--fit-on", help="Fit on these model types, tags or models (default STANDARD).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """r² (and slope, models) of each shift's trend under each scaling; weak trends flagged."""
+    from shiftbench.analysis.diagnostics import trend_diagnostics
+    from shiftbench.analysis.scaling import SCALES
+    from shiftbench.cli import Table, _clean, _fit_on, out
+    from shiftbench.reference import load_testbed
+    from shiftbench.report.shifts import NATURAL_SHIFTS
+
+    tb = load_testbed(testbed)
+    pairs = None
+    if x is None:
+        pairs = [s for s in NATURAL_SHIFTS if s.x in tb.settings and s.y in tb.settings]
+        if not pairs:
+            raise typer.BadParameter(f"testbed {tb.name!r} has none of the natural shifts; pass --x SETTING to "
+                                     "diagnose every setting against it", param_hint="--x")
+    scales = tuple(_split(scale) or SCALES)
+    diag = trend_diagnostics(tb, pairs, x=x, scales=scales, weak_r2=weak_r2, better_by=better_by,
+                             fit_on=_fit_on(fit_on))
+    if as_json:
+        print(json.dumps([{k: _clean(v) for k, v in r.items()} for r in diag.to_dict("records")]))
+        return
+    table = Table("shift", "x → y", *(f"r² {s}" for s in scales), "slope " + scales[0], "models", "flag",
+                  title=f"{tb.name}: trend diagnostics (fit on {', '.join(_fit_on(fit_on))}; weak below r² "
+                  f"{weak_r2:g})")
+    for (label, px, py), rows in diag.groupby(["shift", "x", "y"], sort=False):
+        by = rows.set_index("scale")
+        first = by.loc[scales[0]]
+        flags = [f"weak in {s}" for s in scales if by.loc[s, "weak"]]
+        flags += [f"{by.loc[s, 'better_scale']} beats {s}" for s in scales if by.loc[s, "better_scale"]]
+        if first["error"]:
+            flags.append(first["error"])
+        table.add_row(label, f"{px} → {py}", *(f"{by.loc[s, 'r2']:.3f}" for s in scales),
+                      f"{first['slope']:.3f}", str(int(first["n_models"])), "; ".join(flags))
+    out.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``informativeness`` and ``diagnostics`` to the ``shiftbench`` app."""
+    app.command("informativeness")(informativeness_cmd)
+    app.command("diagnostics")(diagnostics_cmd)
