@@ -437,8 +437,9 @@ def replicate(candidates: Any, reference: Any = None, strategy: str = "matched-f
             else:
                 idx = top_images(freqs, images_per_class, n_annotators=None if votes_all is None else votes_all[members])
         except TooFewCandidates as exc:
+            hint = _HINTS["top-images" if fallback else strategy]      # no fallback to suggest once it is on
             raise TooFewCandidates(f"{where}: too few candidates for class {lab!r} under {strategy} "
-                                   f"({len(members)} candidates): {exc} ({_HINTS['top-images' if fallback else strategy]})") from None
+                                   f"({len(members)} candidates): {exc} ({hint})") from None
         picked.append(members[idx])
         row = {"label": lab, "n_candidates": len(members), "n_images": len(idx),
                "mean_selection_frequency": float(freqs[idx].mean())}
