@@ -421,6 +421,13 @@ def similarity_settings(store: Store | str | Path, min_models: int = 2, *,
     return counts.reindex(order).rename("n_models").astype(int)
 
 
+def _check_unique(ids: np.ndarray, st: Store, row: tuple, setting: str) -> None:
+    index = pd.Index(ids)
+    if index.has_duplicates:
+        raise DataError(f"{st.root}: example id {index[index.duplicated()][0]!r} appears twice for model "
+                        f"{row.model!r} on {setting!r} (key {row.key}); rerun it with --force")
+
+
 def correctness_matrix(store: Store | str | Path, setting: str, models: Iterable[str] | None = None, *,
                        convention: str = "restricted") -> CorrectnessMatrix:
     """The correctness matrix of ``setting`` from the per-example predictions in a results store.
@@ -449,6 +456,7 @@ def correctness_matrix(store: Store | str | Path, setting: str, models: Iterable
                 raise ConfigError(did_you_mean("model", m, have, f"models with predictions on {setting!r}"))
         here = here.set_index("model").loc[wanted].reset_index()
     ref: pd.Index | None = None
+    ref_ids = np.zeros(0, dtype=object)
     rows: list[np.ndarray] = []
     present = bad = np.zeros(0, dtype=bool)
     extra: set[str] = set()
@@ -458,15 +466,17 @@ def correctness_matrix(store: Store | str | Path, setting: str, models: Iterable
         if pred.empty or not {"id", "status", "correct"} <= set(pred.columns):
             raise DataError(f"{st.root}: no per-example predictions for model {row.model!r} on {setting!r} "
                             f"(key {row.key}); rerun `shiftbench eval --force` for it")
-        ids = pd.Index(pred["id"].astype(str))
-        if ids.has_duplicates:
-            raise DataError(f"{st.root}: example id {ids[ids.duplicated()][0]!r} appears twice for model "
-                            f"{row.model!r} on {setting!r} (key {row.key}); rerun it with --force")
+        ids = pred["id"].astype(str).to_numpy(dtype=object)
         ok = (pred["status"] == "ok").to_numpy()
         if ref is None:                                   # the first model's examples are the reference
-            ref = ids
+            _check_unique(ids, st, row, setting)
+            ref, ref_ids = pd.Index(ids), ids
             present, bad = np.ones(len(ref), dtype=bool), np.zeros(len(ref), dtype=bool)
-        pos = ref.get_indexer(ids)
+        if len(ids) == len(ref_ids) and (ids == ref_ids).all():
+            pos = np.arange(len(ids))                     # the usual case: the same example list
+        else:
+            _check_unique(ids, st, row, setting)
+            pos = ref.get_indexer(ids)
         inside = pos >= 0
         seen = np.zeros(len(ref), dtype=bool)
         seen[pos[inside]] = True
