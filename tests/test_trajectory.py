@@ -262,3 +262,51 @@ def test_report_shows_the_trajectory_section_only_when_a_trajectory_fits_the_tes
     fit = fit_trend("val", V2, testbed=tiny_testbed())
     assert table["effective_robustness"].tolist() == pytest.approx(
         [y - float(fit.predict(x)) for x, y in ((12, 9), (60, 55), (80, 68))], abs=1e-6)
+
+
+# ----------------------------------------------------------------------------- digits experiment
+ROOT = Path(__file__).resolve().parents[1]
+DIGITS_DATA = Path(os.environ.get("SHIFTBENCH_DEMO_DATA", ROOT / "shiftbench-data"))
+
+
+@pytest.fixture()
+def demo_registries():
+    """Import shiftbench.demo (it registers datasets, settings, architectures) and restore the
+    registries afterwards, as tests/test_demo_digits.py does."""
+    from shiftbench import settings
+    from shiftbench.datasets import DATASETS
+    from shiftbench.models.registry import ARCHS
+
+    saved = [(registry, dict(registry)) for registry in (DATASETS, settings._SETTINGS, ARCHS)]
+    import shiftbench.demo
+
+    shiftbench.demo.register()
+    yield
+    for registry, old in saved:
+        registry.clear()
+        registry.update(old)
+
+
+def test_finetune_demo_on_tiny_subsets_tracks_both_runs_and_resumes(demo_registries, tmp_path):
+    from shiftbench.demo import data as D
+    from shiftbench.demo.finetune import run_finetune_demo
+
+    if not (DIGITS_DATA / D.MNIST_TARBALL).is_file():
+        pytest.skip(f"{DIGITS_DATA / D.MNIST_TARBALL} is missing (run `make demo-data`)")
+    if D.find_fashion_mnist(DIGITS_DATA) is None:
+        pytest.skip("Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist, or `make demo-data`)")
+    tb = TB.from_frame(pd.DataFrame({"model": ["a", "b", "c"], "model_type": "STANDARD",
+                                     "mnist-test": [30.0, 60.0, 90.0], "uci-digits": [20.0, 40.0, 70.0]}))
+    kw = dict(n_train=192, n_pretrain=192, pretrain_epochs=1, batch_size=64, early_steps=(1,), limit=60, testbed=tb)
+    first = run_finetune_demo(DIGITS_DATA, tmp_path / "ws", **kw, epochs=1)
+    assert first["step"].tolist() == [0, 1, 3] * 2
+    assert set(first["trajectory"]) == {"cnn-w8-fmnist-pretrained", "cnn-w8-scratch"}
+    fit = fit_trend("mnist-test", "uci-digits", testbed=tb)
+    assert first["effective_robustness"].tolist() == pytest.approx(
+        (first["y_acc"] - fit.predict(first["x_acc"].to_numpy())).tolist())
+    # a longer run in the same workspace resumes from the epoch-1 checkpoint and appends epoch 2
+    second = run_finetune_demo(DIGITS_DATA, tmp_path / "ws", **kw, epochs=2)
+    assert second["step"].tolist() == [0, 1, 3, 6] * 2
+    pd.testing.assert_frame_equal(second[second["step"] < 6].reset_index(drop=True), first)
+    stored = Trajectory.load(tmp_path / "ws" / "store", "cnn-w8-scratch").frame
+    assert len(stored) == 8 and (stored["n_examples"] == 60).all()
