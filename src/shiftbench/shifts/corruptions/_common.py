@@ -53,6 +53,20 @@ def working(x: Any, shift_id: str) -> Any:
     return (x if x.dtype in (torch.float32, torch.float64) else x.float()).contiguous()
 
 
+def check_pixels(x: Any, shift_id: str) -> None:
+    """Float pixels in [0, 1] are expected; integer images are a ConfigError (divide by 255)."""
+    if not x.is_floating_point():
+        raise ConfigError(f"shift {shift_id}: expects float pixels in [0, 1], got dtype {x.dtype} "
+                          "(divide uint8 images by 255 first)")
+
+
+def to_uint8(x: Any) -> Any:
+    """[0, 1] floats -> uint8 by rounding (the reference receives uint8 images)."""
+    import torch
+
+    return torch.round(x.clamp(0, 1) * 255).to(torch.uint8)
+
+
 def generators(x: Any, indices: Any, seed: int, shift_id: str) -> list[Any]:
     """One CPU ``torch.Generator`` per image of ``x`` (see the module docstring)."""
     idx = [int(i) for i in indices]
@@ -182,11 +196,11 @@ def filter1d(x: Any, kernel: Sequence[float], dim: int, mode: str = "nearest") -
     return _filter_last_gemm(x, kernel, mode) if dim in (-1, x.ndim - 1) else _filter_rows_gemm(x, kernel, mode)
 
 
-def gaussian_filter(x: Any, sigma: float, mode: str = "nearest", truncate: float = 4.0) -> Any:
-    """``skimage.filters.gaussian(x, sigma, channel_axis=-1)`` on the last two axes of ``x``
-    (= ``scipy.ndimage.gaussian_filter`` with sigma 0 on the channel axis): rows, then columns."""
-    k = gaussian_kernel1d(sigma, truncate)
-    return filter1d(filter1d(x, k, -2, mode), k, -1, mode)
+def gaussian_filter(x: Any, sigma: float | tuple[float, float], mode: str = "nearest", truncate: float = 4.0) -> Any:
+    """``scipy.ndimage.gaussian_filter`` on the last two axes of ``x`` (= ``skimage.filters.gaussian``
+    with ``channel_axis=-1``): rows, then columns; ``sigma`` one value or ``(sigma_rows, sigma_cols)``."""
+    sh, sw = (sigma, sigma) if isinstance(sigma, (int, float)) else sigma
+    return filter1d(filter1d(x, gaussian_kernel1d(sh, truncate), -2, mode), gaussian_kernel1d(sw, truncate), -1, mode)
 
 
 def clip01(x: Any) -> Any:
@@ -239,3 +253,25 @@ def _openmp() -> bool:
     import torch
 
     return "parallel backend: OpenMP" in torch.__config__.parallel_info()
+
+
+def map_images(fn: Any, x: Any, *per_image: Sequence[Any], chunk: int = 1) -> Any:
+    """``fn(x[s:e], *(a[s:e] for a in per_image))`` over pieces of ``chunk`` images, written into
+    one output batch shaped and typed like ``x``; on CPU the pieces run in parallel threads with
+    torch single-threaded inside (:func:`for_each_image`: no per-op thread barriers, whose cost
+    dominates small ops on a busy machine). ``fn`` must treat its images independently (every
+    shift here does), so the split cannot change results. On an accelerator: one call."""
+    import torch
+
+    n = x.shape[0]
+    if n <= chunk or torch.device(x.device).type != "cpu":
+        return fn(x, *per_image)
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    starts = list(range(0, n, chunk))
+
+    def one(k: int) -> None:
+        s = starts[k]
+        out[s:s + chunk] = fn(x[s:s + chunk], *(a[s:s + chunk] for a in per_image))
+
+    for_each_image(len(starts), one, x.device)
+    return out

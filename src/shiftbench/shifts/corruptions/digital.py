@@ -51,9 +51,9 @@ import io
 from collections.abc import Sequence
 from typing import Any
 
-from shiftbench.errors import ConfigError
-from shiftbench.shifts.corruptions._common import boundary_index, pad2d
-from shiftbench.shifts.base import Shift, image_generator, register_shift
+from shiftbench.shifts.base import Shift, register_shift
+from shiftbench.shifts.corruptions._common import (check_pixels, gaussian_filter, generators, map_images, param,
+                                                   to_uint8)
 
 BRIGHTNESS = (0.1, 0.2, 0.3, 0.4, 0.5)
 CONTRAST = (0.4, 0.3, 0.2, 0.1, 0.05)
@@ -61,98 +61,6 @@ SATURATE = ((0.3, 0.0), (0.1, 0.0), (2.0, 0.0), (5.0, 0.1), (20.0, 0.2))
 ELASTIC_ALPHA = (250 * 0.05, 250 * 0.065, 250 * 0.085, 250 * 0.1, 250 * 0.12)
 PIXELATE = (0.6, 0.5, 0.4, 0.3, 0.25)
 JPEG_QUALITY = (25, 18, 15, 10, 7)
-
-
-# ---------------------------------------------------------------- shared helpers (also weather.py)
-
-def param(table: Sequence[Any], name: str, severity: int) -> Any:
-    """``table[severity - 1]``, or a ConfigError naming the valid severities."""
-    if isinstance(severity, bool) or not isinstance(severity, int) or not 1 <= severity <= len(table):
-        raise ConfigError(f"shift {name!r}: severity {severity!r} is not one of "
-                          f"{', '.join(str(s) for s in range(1, len(table) + 1))}")
-    return table[severity - 1]
-
-
-def check_pixels(x: Any, shift_id: str) -> None:
-    """Float pixels in [0, 1] are expected; integer images are a ConfigError (divide by 255)."""
-    if not x.is_floating_point():
-        raise ConfigError(f"shift {shift_id}: expects float pixels in [0, 1], got dtype {x.dtype} "
-                          "(divide uint8 images by 255 first)")
-
-
-def generators(x: Any, indices: Any, seed: int, shift_id: str) -> list[Any]:
-    """One CPU ``torch.Generator`` per image (:func:`~shiftbench.shifts.base.image_generator`)."""
-    idx = [int(i) for i in indices]
-    if len(idx) != x.shape[0]:
-        raise ConfigError(f"shift {shift_id}: got {len(idx)} dataset indices for a batch of {x.shape[0]} images")
-    return [image_generator(seed, shift_id, i) for i in idx]
-
-
-def to_uint8(x: Any) -> Any:
-    """[0, 1] floats -> uint8 by rounding (the reference receives uint8 images)."""
-    import torch
-
-    return torch.round(x.clamp(0, 1) * 255).to(torch.uint8)
-
-
-def pad(x: Any, ph: tuple[int, int], pw: tuple[int, int], mode: str) -> Any:
-    """Pad the last two axes of ``x`` with scipy's boundary ``mode`` (any pad width)."""
-    return pad2d(x, ph[0], ph[1], pw[0], pw[1], mode)
-
-
-@functools.lru_cache(maxsize=64)
-def filter_matrix(n: int, kernel: tuple[float, ...], mode: str) -> Any:
-    """The ``(n, n)`` float64 matrix ``M`` with ``M @ v`` = ``scipy.ndimage.correlate1d(v, kernel,
-    mode=mode)`` for an odd-length kernel (the boundary rule folded into the matrix)."""
-    import numpy as np
-    import torch
-
-    r = len(kernel) // 2
-    src = boundary_index(n, r, r, mode, "cpu").numpy()
-    m = np.zeros((n, n))
-    rows = np.arange(n)
-    for j, kj in enumerate(kernel):
-        np.add.at(m, (rows, src[j:j + n]), kj)
-    return torch.from_numpy(m)
-
-
-def gaussian_kernel1d(sigma: float, truncate: float) -> tuple[float, ...]:
-    """scipy.ndimage's Gaussian: radius ``int(truncate * sigma + 0.5)``, weights summing to 1."""
-    import numpy as np
-
-    radius = int(truncate * float(sigma) + 0.5)
-    t = np.arange(-radius, radius + 1, dtype=np.float64)
-    k = np.exp(-0.5 / (float(sigma) ** 2) * t * t)
-    return tuple(float(v) for v in k / k.sum())
-
-
-def gaussian_filter(x: Any, sigma: float | tuple[float, float], mode: str = "nearest",
-                    truncate: float = 4.0) -> Any:
-    """``scipy.ndimage.gaussian_filter`` on the last two axes of a ``(..., H, W)`` tensor
-    (``skimage.filters.gaussian`` without a channel axis): two matrix products, the boundary
-    ``mode`` folded into the matrices; computed in ``x``'s dtype."""
-    sh, sw = (sigma, sigma) if isinstance(sigma, (int, float)) else sigma
-    h, w = x.shape[-2:]
-    mh = filter_matrix(h, gaussian_kernel1d(sh, truncate), mode).to(x)
-    mw = filter_matrix(w, gaussian_kernel1d(sw, truncate), mode).to(x)
-    return mh @ x @ mw.t()
-
-
-def cpu_chunks(fn: Any, chunk: int = 4) -> Any:
-    """``fn(x, *per_image_args)`` applied to chunks of ``chunk`` images when ``x`` is on the CPU.
-
-    Results do not change (every image is processed independently); small chunks keep the
-    working set in cache and avoid page-faulting fresh buffers of a whole batch. On an
-    accelerator the batch goes in one piece.
-    """
-    import torch
-
-    def wrapped(x: Any, *per_image: Any) -> Any:
-        if x.device.type != "cpu" or x.shape[0] <= chunk:
-            return fn(x, *per_image)
-        return torch.cat([fn(x[i:i + chunk], *(a[i:i + chunk] for a in per_image))
-                          for i in range(0, x.shape[0], chunk)])
-    return wrapped
 
 
 # ---------------------------------------------------------------- HSV (scikit-image semantics)
@@ -358,11 +266,9 @@ def elastic_transform(x: Any, severity: int, generators: Sequence[Any]) -> Any:
 def _deterministic(name: str, fn: Any, severity: int) -> Shift:
     param({"brightness": BRIGHTNESS, "contrast": CONTRAST, "saturate": SATURATE, "pixelate": PIXELATE,
            "jpeg_compression": JPEG_QUALITY}[name], name, severity)
-    run = cpu_chunks(lambda x: fn(x, severity))
-
     def apply(x: Any, indices: Any, seed: int) -> Any:
         check_pixels(x, f"{name}.{severity}")
-        return run(x)
+        return map_images(lambda xi: fn(xi, severity), x)
 
     return Shift(name, severity, apply, random=False)
 
@@ -399,11 +305,10 @@ def _elastic_transform(severity: int) -> Shift:
     param(ELASTIC_ALPHA, "elastic_transform", severity)
     shift_id = f"elastic_transform.{severity}"
 
-    run = cpu_chunks(lambda x, gens: elastic_transform(x, severity, gens))
-
     def fn(x: Any, indices: Any, seed: int) -> Any:
         check_pixels(x, shift_id)
-        return run(x, generators(x, indices, seed, shift_id))
+        return map_images(lambda xi, gens: elastic_transform(xi, severity, gens), x,
+                          generators(x, indices, seed, shift_id))
 
     return Shift("elastic_transform", severity, fn, random=True)
 

@@ -76,7 +76,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from shiftbench.shifts.base import Shift, register_shift
-from shiftbench.shifts.corruptions.digital import check_pixels, cpu_chunks, gaussian_filter, generators, pad, param
+from shiftbench.shifts.corruptions._common import check_pixels, gaussian_filter, generators, map_images, pad2d, param
 from shiftbench.shifts.greyscale import LUMA_601
 
 SNOW = ((0.1, 0.3, 3, 0.5, 10, 4, 0.8),
@@ -163,7 +163,7 @@ def _motion_blur(layer: Any, radius: int, sigma: float, angles: Sequence[float])
 
     b, h, w = layer.shape
     p = 2 * radius + 1
-    padded = pad(layer, (p, p), (p, p), "nearest")
+    padded = pad2d(layer, p, p, p, p, "nearest")
     out = torch.zeros_like(layer)
     for i, angle in enumerate(angles):
         acc = out[i]
@@ -361,7 +361,7 @@ def canny(img: Any, low: float = 50, high: float = 150) -> Any:
 
     b, h, w = img.shape
     lo, hi = math.floor(low), math.floor(high)
-    p = pad(img.int(), (1, 1), (1, 1), "nearest")        # int32: |dy| << 15 < 2**31
+    p = pad2d(img.int(), 1, 1, 1, 1, "nearest")        # int32: |dy| << 15 < 2**31
     dx = (p[:, :h, 2:] - p[:, :h, :w]) + 2 * (p[:, 1:h + 1, 2:] - p[:, 1:h + 1, :w]) + (p[:, 2:, 2:] - p[:, 2:, :w])
     dy = (p[:, 2:, :w] - p[:, :h, :w]) + 2 * (p[:, 2:, 1:w + 1] - p[:, :h, 1:w + 1]) + (p[:, 2:, 2:] - p[:, :h, 2:])
     mag = dx.abs() + dy.abs()
@@ -429,7 +429,7 @@ def distance_to_edges(edges: Any, cap: float = 20.0) -> Any:
 
 def _box3(x: Any) -> Any:
     """Sum over the 3x3 neighbourhood with reflect-101 borders (OpenCV's default)."""
-    p = pad(x, (1, 1), (1, 1), "mirror")
+    p = pad2d(x, 1, 1, 1, 1, "mirror")
     h, w = x.shape[-2:]
     return sum(p[..., i:i + h, j:j + w] for i in range(3) for j in range(3))
 
@@ -461,7 +461,7 @@ def _water_mask(liquid: Any) -> Any:
     dist = ((_box3(dist.double()) * (1 / 9)).float()).floor().long()  # blur (float), astype(uint8)
     dist = equalize_hist(dist)
     emboss = ((-2, -1, 0), (-1, 1, 1), (0, 1, 2))
-    p = pad(dist, (1, 1), (1, 1), "mirror")
+    p = pad2d(dist, 1, 1, 1, 1, "mirror")
     h, w = dist.shape[-2:]
     dist = sum(emboss[i][j] * p[:, i:i + h, j:j + w] for i in range(3) for j in range(3)).clamp(0, 255)
     dist = torch.floor(_box3(dist).double() / 9 + 0.5)                # blur on uint8: rounded
@@ -509,11 +509,9 @@ def _random_shift(name: str, table: Sequence[Any], fn: Any, severity: int) -> Sh
     param(table, name, severity)
     shift_id = f"{name}.{severity}"
 
-    run = cpu_chunks(lambda x, gens: fn(x, severity, gens))
-
     def apply(x: Any, indices: Any, seed: int) -> Any:
         check_pixels(x, shift_id)
-        return run(x, generators(x, indices, seed, shift_id))
+        return map_images(lambda xi, gens: fn(xi, severity, gens), x, generators(x, indices, seed, shift_id))
 
     return Shift(name, severity, apply, random=True)
 
