@@ -367,23 +367,28 @@ def informativeness_ranking(
                                                f"a model type of testbed {testbed.name!r} other than {baseline}"))
     metrics = [s for s in testbed.settings if s != x] if settings is None else \
         [testbed.check_setting(s) for s in settings]
-    acc, sizes, kinds = testbed.accuracies, testbed.sizes, testbed.model_types
-    feats = pd.DataFrame({s: transform(acc[s], scale, sizes[s]) for s in dict.fromkeys([x, *metrics])},
-                         index=acc.index).where(acc.notna())
+    acc, sizes = testbed.accuracies, testbed.sizes
+    kinds = testbed.model_types.to_numpy().astype(str)
+    columns = list(dict.fromkeys([x, *metrics]))
+    feats = np.column_stack([transform(acc[s], scale, sizes[s]) for s in columns])
+    feats[~np.isfinite(acc[columns].to_numpy(dtype=float))] = np.nan
+    col = {s: i for i, s in enumerate(columns)}
+    id_ok = np.isfinite(feats[:, col[x]])
     rows, skipped = [], []
     scorers: dict[tuple[str, bytes], _Scorer] = {}
     for s in metrics:
         for g in chosen:
-            use = kinds.isin([g, baseline]) & feats[x].notna() & feats[s].notna()
-            y = (kinds[use] == g).to_numpy().astype(int)
-            if min(y.sum(), len(y) - y.sum()) < min_models or np.ptp(feats.loc[use, s]) == 0:
+            values = feats[:, col[s]]
+            use = ((kinds == g) | (kinds == baseline)) & id_ok & np.isfinite(values)
+            y = (kinds[use] == g).astype(int)
+            if min(y.sum(), len(y) - y.sum()) < min_models or np.ptp(values[use]) == 0:
                 skipped.append((g, s))
                 continue
-            key = (g, use.to_numpy().tobytes())
+            key = (g, use.tobytes())
             if key not in scorers:
-                scorers[key] = _Scorer(feats.loc[use, x].to_numpy(), y, n_resamples=n_resamples, n_folds=n_folds,
+                scorers[key] = _Scorer(feats[use, col[x]], y, n_resamples=n_resamples, n_folds=n_folds,
                                        n_repeats=n_repeats, C=C, seed=seed)
-            res = scorers[key].score(feats.loc[use, s].to_numpy())
+            res = scorers[key].score(values[use])
             rows.append({"group": g, "setting": s, **res.to_dict()})
         if on_step is not None:
             on_step(s)
