@@ -310,3 +310,29 @@ def test_finetune_demo_on_tiny_subsets_tracks_both_runs_and_resumes(demo_registr
     pd.testing.assert_frame_equal(second[second["step"] < 6].reset_index(drop=True), first)
     stored = Trajectory.load(tmp_path / "ws" / "store", "cnn-w8-scratch").frame
     assert len(stored) == 8 and (stored["n_examples"] == 60).all()
+
+
+# ----------------------------------------------------------------------------- CLI
+def test_cli_prints_per_step_effective_robustness_and_writes_figures(tmp_path):
+    from report_testbed import V2, tiny_testbed
+    from typer.testing import CliRunner
+
+    from shiftbench import cli
+
+    store = _store_with_trajectory(tmp_path / "store", "val", V2)
+    table = tiny_testbed().save(tmp_path / "tiny.csv")
+    res = CliRunner().invoke(cli.app, ["trajectory", "--store", str(store), "-t", str(table), "-o",
+                                       str(tmp_path / "out"), "--json"])
+    assert res.exit_code == 0, res.output
+    import json
+
+    rows = json.loads(res.stdout)
+    fit = fit_trend("val", V2, testbed=tiny_testbed())
+    assert [r["step"] for r in rows] == [0, 5, 50]
+    assert [r["effective_robustness"] for r in rows] == pytest.approx(
+        [y - float(fit.predict(x)) for x, y in ((12, 9), (60, 55), (80, 68))])
+    assert (tmp_path / "out" / f"trajectory_{V2}_vs_val.png").exists()
+    plain = CliRunner().invoke(cli.app, ["trajectory", "--store", str(store)])   # no testbed: accuracies only
+    assert plain.exit_code == 0 and "ft-<b>" in plain.stdout and "12.00" in plain.stdout
+    empty = CliRunner().invoke(cli.app, ["trajectory", "--store", str(tmp_path)])
+    assert empty.exit_code != 0 and "no trajectories stored" in str(empty.exception)

@@ -1,0 +1,138 @@
+"""``shiftbench trajectory``: the fine-tuning trajectories of a results store, checkpoint by
+checkpoint, with their effective robustness and figures (Andreassen et al. 2021)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+
+def _testbed(spec: str | None, store: Path):
+    """The testbed whose trend is used: ``-t`` (a reference name, a table, or a results store
+    directory), else the store's own finished models; checkpoints are left out."""
+    from shiftbench.analysis.trajectory import is_checkpoint
+    from shiftbench.errors import DataError
+    from shiftbench.reference import load_testbed
+    from shiftbench.testbed import Testbed
+
+    if spec is None or Path(spec).is_dir():
+        try:
+            tb = Testbed.from_store(store if spec is None else spec, name=str(store if spec is None else spec))
+        except DataError:
+            if spec is not None:
+                raise
+            return None
+    else:
+        tb = load_testbed(spec)
+    return tb.select([m for m in tb.models if not is_checkpoint(m)])
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("trajectory")
+    def trajectory_cmd(
+        store: Annotated[Path, typer.Option("--store", help="Results store holding the trajectories.")],
+        name: Annotated[Optional[list[str]], typer.Option("--name", help="Trajectory name (repeatable; default all).")]
+        = None,
+        testbed: Annotated[Optional[str], typer.Option(
+            "--testbed", "-t", help="Testbed whose trend gives effective robustness: reference name, table path or "
+            "results store directory (default: the store's own models).")] = None,
+        x: Annotated[Optional[str], typer.Option("--x", help="In-distribution setting (default: the trajectory's).")]
+        = None,
+        y: Annotated[Optional[str], typer.Option("--y", help="Shifted setting (default: its first shifted one).")]
+        = None,
+        scale: Annotated[str, typer.Option("--scale", help="Axis scaling: logit, probit or linear.")] = "logit",
+        output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write figures (PNG/PDF) and a CSV here.")]
+        = None,
+        as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON only.")] = False,
+    ) -> None:
+        """Each stored fine-tuning trajectory: per-step accuracies and effective robustness."""
+        import numpy as np
+        import pandas as pd
+
+        from shiftbench.analysis.trajectory import (
+            trajectory_accuracies, trajectory_effective_robustness, trajectory_summary)
+        from shiftbench.analysis.trend import fit_trend
+        from shiftbench.cli import Table, out
+        from shiftbench.engine.trajectory import Trajectory
+        from shiftbench.errors import ConfigError, ShiftbenchError
+        from shiftbench.store import Store
+
+        if not store.is_dir():
+            raise ConfigError(f"{store}: no results store there; pass the --store directory the trajectories were "
+                              "written to")
+        st = Store(store)
+        names = name or st.study_names("trajectory")
+        if not names:
+            raise ConfigError(f"{store}: no trajectories stored; record one with shiftbench.Trajectory(...).evaluate")
+        tb = _testbed(testbed, store)
+        results, fits, notes = {}, {}, []
+        for n in names:
+            tr = Trajectory.load(st, n)
+            tx, ty = x or tr.id_setting, y or tr._default_y()
+            fit, note = fits.get((tx, ty)), None
+            if fit is None and tb is not None:
+                try:
+                    fit = fits[(tx, ty)] = fit_trend(tx, ty, scale, testbed=tb)
+                except ShiftbenchError as exc:
+                    note = f"no trend: {exc}"
+            elif tb is None:
+                note = "no trend: the store has no finished models of its own; pass -t TESTBED"
+            if fit is not None:
+                er = trajectory_effective_robustness(tr.frame, tx, ty, fit=fit)
+            else:
+                er = trajectory_accuracies(tr.frame, tx, ty).assign(predicted_y_acc=np.nan, effective_robustness=np.nan)
+                notes.append(f"{n}: {note}")
+            results[n] = (tx, ty, er)
+        if as_json:
+            rows = [{"trajectory": n, "x": tx, "y": ty,
+                     **{k: (None if isinstance(v, float) and not np.isfinite(v) else v)
+                        for k, v in r.items() if k in ("step", "epoch", "x_acc", "y_acc", "predicted_y_acc",
+                                                       "effective_robustness")}}
+                    for n, (tx, ty, er) in results.items() for r in er.to_dict("records")]
+            typer.echo(json.dumps(rows, default=lambda v: v.item() if hasattr(v, "item") else str(v)))
+        else:
+            for n, (tx, ty, er) in results.items():
+                table = Table("step", "epoch", f"{tx} %", f"{ty} %", "trend %", "ER (pp)",
+                              title=f"trajectory {n}: {len(er)} checkpoints")
+                for r in er.itertuples(index=False):
+                    table.add_row(str(r.step), "" if pd.isna(r.epoch) else f"{r.epoch:.2f}", f"{r.x_acc:.2f}",
+                                  f"{r.y_acc:.2f}", "" if pd.isna(r.predicted_y_acc) else f"{r.predicted_y_acc:.2f}",
+                                  "" if pd.isna(r.effective_robustness) else f"{r.effective_robustness:+.2f}")
+                out.print(table)
+                if er["effective_robustness"].notna().all():
+                    s = trajectory_summary(er)
+                    typer.echo(f"{n}: effective robustness {s['start_er']:+.2f} pp at step {s['start_step']}, peak "
+                               f"{s['peak_er']:+.2f} pp at step {s['peak_step']}, {s['end_er']:+.2f} pp at step "
+                               f"{s['end_step']}")
+            for note in notes:
+                typer.echo(note, err=True)
+        if output is not None:
+            _write(output, tb, results, fits, as_json)
+
+    return None
+
+
+def _write(output: Path, tb, results: dict, fits: dict, quiet: bool) -> None:
+    """Per (x, y) pair with a trend: the trajectory figure, the ER figure and the CSV."""
+    import pandas as pd
+
+    from shiftbench.report.figures import save_figure_formats
+    from shiftbench.report.sections import slug
+    from shiftbench.report.trajectory_figures import plot_trajectory, plot_trajectory_er
+
+    output.mkdir(parents=True, exist_ok=True)
+    for (tx, ty), fit in fits.items():
+        ers = {n: er for n, (a, b, er) in results.items() if (a, b) == (tx, ty)}
+        if not ers:
+            continue
+        stem = output / f"trajectory_{slug(ty)}_vs_{slug(tx)}"
+        paths = save_figure_formats(plot_trajectory(tb, tx, ty, ers, fit=fit), stem, (".png", ".pdf"))
+        by = "epoch" if all(e["epoch"].notna().all() for e in ers.values()) else "step"
+        paths += save_figure_formats(plot_trajectory_er(ers, by=by), stem.with_name(stem.name + "_er"), (".png", ".pdf"))
+        csv = stem.with_suffix(".csv")
+        pd.concat([e.assign(trajectory=n) for n, e in ers.items()], ignore_index=True).to_csv(csv, index=False)
+        if not quiet:
+            for p in [*paths, csv]:
+                typer.echo(f"wrote {p}")
