@@ -84,3 +84,35 @@ def test_bad_input_errors_name_the_fix():
         trend_diagnostics(tb, [("id", "ood")], weak_r2=1.5)
     with pytest.raises(ConfigError, match="give \\(x, y\\), \\(label, x, y\\) or a ShiftPair"):
         trend_diagnostics(tb, ["id"])
+
+
+def test_cli_diagnostics_json_matches_the_api_and_the_table_flags_weak_shifts(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from shiftbench.cli import app
+
+    tb = make_testbed(val=[10.0, 20.0, 30.0, 40.0], ood=[10.0, 30.0, 10.0, 30.0], good=[5.0, 15.0, 25.0, 35.0])
+    path = tb.save(tmp_path / "hand.csv")
+    res = CliRunner().invoke(app, ["diagnostics", "-t", str(path), "--x", "val", "--scale", "linear", "--json"])
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.stdout)
+    assert [(r["shift"], r["weak"]) for r in rows] == [("ood", True), ("good", False)]
+    assert rows[0]["r2"] == pytest.approx(0.2)
+    res = CliRunner().invoke(app, ["diagnostics", "-t", str(path), "--x", "val"])
+    assert res.exit_code == 0 and "weak in linear" in res.stdout
+    res = CliRunner().invoke(app, ["diagnostics", "-t", str(path)])
+    assert res.exit_code != 0 and "none of the natural shifts" in res.output
+
+
+def test_report_has_the_trend_diagnostics_section_with_its_table(tmp_path):
+    from shiftbench.report import write_html_report
+    from shiftbench.report.shifts import ShiftPair
+
+    tb = make_testbed(val=[10.0, 20.0, 30.0, 40.0], ood=[10.0, 30.0, 10.0, 30.0])
+    html = write_html_report([tb], tmp_path, shifts=[ShiftPair("Weak one", "val", "ood")], n_resamples=10,
+                             figure_formats=()).read_text()
+    assert "Trend diagnostics" in html and "Flagged in logit coordinates" in html
+    table = pd.read_csv(tmp_path / "hand" / "trend_diagnostics.csv")
+    assert list(table["scale"]) == ["logit", "probit", "linear"] and table["weak"].all()

@@ -228,3 +228,55 @@ def test_ranking_errors_name_the_fix():
         informativeness_ranking(tb, min_models=30)
     with pytest.raises(ConfigError, match="min_models=2 must be at least n_folds=5"):
         informativeness_ranking(tb, min_models=2)
+
+
+# --------------------------------------------------------------------------- CLI and report
+def test_cli_informativeness_json_is_the_api_top_k(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from shiftbench.cli import app
+
+    path = tiny_testbed().save(tmp_path / "tiny.csv")
+    res = CliRunner().invoke(app, ["informativeness", "-t", str(path), "--group", "MORE_DATA", "--resamples", "7",
+                                   "--folds", "3", "--top", "2", "--json"])
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.stdout)
+    api = top_informative(informativeness_ranking(tbmod.Testbed.read(path), groups="MORE_DATA", n_resamples=7,
+                                                  n_folds=3), 2)
+    assert [r["setting"] for r in rows] == list(api["setting"]) and rows[0]["setting"] == "sep"
+    assert rows[0]["gain_mean"] == pytest.approx(api["gain_mean"].iloc[0])
+
+
+def test_cli_informativeness_prints_a_table_per_group_and_one_line_errors(tmp_path, capsys, monkeypatch):
+    import sys
+
+    from typer.testing import CliRunner
+
+    from shiftbench.cli import app, main
+
+    path = tiny_testbed().save(tmp_path / "tiny.csv")
+    res = CliRunner().invoke(app, ["informativeness", "-t", str(path), "--resamples", "5", "--folds", "3"])
+    assert res.exit_code == 0, res.output
+    assert "tell MORE_DATA from STANDARD" in res.stdout and "ranked 3 settings for 1 groups" in res.stdout
+    monkeypatch.setattr(sys, "argv", ["shiftbench", "informativeness", "-t", str(path), "--group", "MORE_DAT"])
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 1
+    assert err[-1].startswith("error: unknown group 'MORE_DAT'; did you mean 'MORE_DATA'")
+
+
+def test_report_shows_the_informativeness_section_only_with_two_groups(tmp_path):
+    from shiftbench.report import write_html_report
+    from shiftbench.report.shifts import ShiftPair
+
+    shifts = [ShiftPair("Sep", "val", "sep")]
+    tb = tiny_testbed()
+    html = write_html_report([tb], tmp_path / "a", shifts=shifts, n_resamples=10, figure_formats=()).read_text()
+    assert "Metric informativeness" in html and "Most informative settings beyond val accuracy" in html
+    assert (tmp_path / "a" / "tiny" / "informativeness.csv").exists()
+    alone = tb.select(model_types=["STANDARD", "ROBUST_INTV"])
+    html = write_html_report([alone], tmp_path / "b", shifts=shifts, n_resamples=10, figure_formats=()).read_text()
+    assert "Metric informativeness" not in html
