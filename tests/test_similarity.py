@@ -181,10 +181,10 @@ def test_figures_are_sorted_by_accuracy_and_capped_evenly(hand):
     picked = spread_models(big, 4)
     assert len(picked) == 4 and picked[0] == big.models[0] and picked[-1] == big.models[-1]
     fig = similarity_heatmap(big, "error_consistency", max_models=4)
-    assert list(fig.data[0].x) == picked and "4 of 9 models" in fig.layout.title.text
+    assert [x.split(" (")[0] for x in fig.data[0].x] == picked and "4 of 9 models" in fig.layout.title.text
     sim = model_similarity(hand)
     fig = similarity_heatmap(sim, "dominance_probability")
-    assert list(fig.data[0].y) == ["b", "c", "a"]
+    assert list(fig.data[0].y) == ["b (50.0%)", "c (50.0%)", "a (66.7%)"]
     assert fig.data[0].z[0][2] == pytest.approx(round(1 / 6, 4))
     mpl = plot_similarity_matrices(sim)
     assert len(mpl.axes) == 4                               # two matrices and their colour bars

@@ -85,19 +85,17 @@ def plot_similarity_matrices(sim: ModelSimilarity, *, max_models: int = MAX_MODE
 def similarity_heatmap(sim: ModelSimilarity, which: str = "dominance_probability", *,
                        max_models: int = MAX_MODELS, title: str | None = None) -> go.Figure:
     """One similarity matrix as an interactive heatmap, models sorted by accuracy (least accurate
-    first); hover shows both models, their accuracies and the value."""
+    first), labelled ``name (accuracy%)``; hover shows both models and the value."""
     shown = sim.subset(spread_models(sim, max_models))
-    frame, values, label, _, scale, (lo, hi) = _matrix(shown, which)
+    _, values, label, _, scale, (lo, hi) = _matrix(shown, which)
     n = len(shown.models)
-    names = [plotly_text(m) for m in shown.models]
-    acc = [round(float(a), 2) for a in shown.accuracy]
+    # accuracies go into the labels, so hover needs no per-cell customdata (a lean figure)
+    names = [plotly_text(f"{m} ({a:.1f}%)") for m, a in shown.accuracy.items()]
     z = [[None if not np.isfinite(v) else round(float(v), 4) for v in row] for row in values]
-    custom = [[[acc[i], acc[j]] for j in range(n)] for i in range(n)]
     fig = go.Figure(go.Heatmap(
         z=z, x=names, y=names, zmin=lo, zmax=hi, colorscale=scale, reversescale=True,
-        customdata=custom, colorbar=dict(title=dict(text=plotly_text(label), side="right"), thickness=14),
-        hovertemplate=("<b>%{y}</b> (%{customdata[0]:.2f}%)<br>vs <b>%{x}</b> (%{customdata[1]:.2f}%)<br>"
-                       + plotly_text(label) + " %{z:.3f}<extra></extra>")))
+        colorbar=dict(title=dict(text=plotly_text(label), side="right"), thickness=14),
+        hovertemplate="<b>%{y}</b><br>vs <b>%{x}</b><br>" + plotly_text(label) + " %{z:.3f}<extra></extra>"))
     more = f" ({n} of {len(sim.models)} models, evenly spaced in accuracy)" if n < len(sim.models) else ""
     fig.update_layout(
         template="none", font=FONT, height=min(760, 260 + 9 * n), paper_bgcolor="white", plot_bgcolor="white",
