@@ -219,7 +219,8 @@ def test_a_split_without_the_largest_label_is_flagged(tmp_path):
     ({"colour": "rde"}, {}, DataError, r"training value of 'colour'.*'rde'; did you mean 'red'.*does not occur"),
     ({"colour": "green", "size": "large"}, {}, DataError, r"no row matches every training value.*colour='green': "
      r"2 rows; size='large': 7 rows"),
-    ({"colour": "green", "size": "small"}, {"id_test": 0.5}, DataError, r"OOD split 'size=large' is empty: none of the 7 rows with size='large' "
+    ({"colour": "green", "size": "small"}, {"id_test": 0.5}, DataError,
+     r"OOD split 'size=large' is empty: none of the 7 rows with size='large' "
      r"has colour='green'"),
     ({"colour": ["red", "blue", "green"]}, {}, DataError, r"'colour' has no value besides its training value"),
     ({"colour": "red", "size": "large"}, {"id_test": 3}, DataError, r"the ID pool \(colour='red' and size='large'\) "

@@ -37,7 +37,8 @@ def _id_test(text: str) -> float | int:
     try:
         value = float(text)
     except ValueError:
-        raise typer.BadParameter(f"{text!r}: a fraction (0.2) or a number of rows (500)", param_hint="--id-test") from None
+        raise typer.BadParameter(f"{text!r}: a fraction (0.2) or a number of rows (500)",
+                                 param_hint="--id-test") from None
     return int(value) if value.is_integer() and value >= 1 else value
 
 

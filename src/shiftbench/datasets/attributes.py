@@ -432,8 +432,48 @@ def attribute_splits(
     Raises :class:`ConfigError` for an unknown column or a bad option and :class:`DataError`
     for a training value that does not occur or an empty split, naming it and the fix.
     """
+    df, where, source = _read_input(manifest, root)
+    train_values = _train_values(train)
+    bins = _check_options(df, where, train_values, dict(bins or {}), max_per_split)
+    id_test = _check_id_test(id_test)
+    bin_info = _apply_bins(df, where, bins)
+    values = {a: _as_text(df[a]) for a in train_values}
+    orders = {a: bin_info[a]["labels"] if a in bin_info else sorted(values[a].dropna().unique(), key=_natural)
+              for a in train_values}
+    for attr, allowed in train_values.items():
+        absent = [v for v in allowed if v not in orders[attr]]
+        if absent:
+            present = orders[attr]
+            raise DataError(did_you_mean(f"training value of {attr!r}:", absent[0], present,
+                                         f"it does not occur in {where}; values: {', '.join(present[:12])}"
+                                         + (" ..." if len(present) > 12 else "")))
+    match = {a: values[a].isin(train_values[a]).to_numpy() for a in train_values}
+    pool = np.flatnonzero(np.logical_and.reduce(list(match.values())))
+    if not len(pool):
+        each = "; ".join(f"{_describe(a, v)}: {int(match[a].sum())} rows" for a, v in train_values.items())
+        raise DataError(f"{where}: no row matches every training value at once ({each}); choose training values "
+                        "that occur together")
+    class_names = _integer_labels(df, where)
+    labels = df["label"].to_numpy()
+    candidates = _id_split(pool, labels, id_test, seed, where, train_values)
+    candidates |= _ood_rows(values, match, train_values, orders, where)
+    frames: dict[str, pd.DataFrame] = {}
+    for name, rows in candidates.items():
+        if not len(rows):
+            raise DataError(f"{where}: split {name!r} is empty (ID pool of {len(pool)} rows); "
+                            "change id_test or widen the training values")
+        frames[name] = df.iloc[_cap(rows, labels, name, seed, balance, max_per_split)].reset_index(drop=True)
+    return AttributeSplits(frames=frames, train=train_values, bins=bin_info, source=source, seed=int(seed),
+                           id_test=id_test, max_per_split=None if max_per_split is None else int(max_per_split),
+                           balance=bool(balance), n_rows=len(df),
+                           n_missing={a: int(v.isna().sum()) for a, v in values.items()}, class_names=class_names,
+                           present=sorted(int(c) for c in df["label"].unique()))
+
+
+def _read_input(manifest: str | Path | pd.DataFrame, root: str | Path | None) -> tuple[pd.DataFrame, str, str]:
+    """The manifest as a fresh DataFrame with absolute paths, a name for messages, its source path."""
     if isinstance(manifest, pd.DataFrame):
-        df, where = manifest.reset_index(drop=True), "manifest (DataFrame)"
+        df, where = manifest.reset_index(drop=True).copy(), "manifest (DataFrame)"
         base = Path(root) if root is not None else Path(".")
         source = str(base.resolve() / "<DataFrame>")
     else:
@@ -449,7 +489,12 @@ def attribute_splits(
         raise DataError(f"{where}: no rows")
     if df["label"].isna().any():
         raise DataError(f"{where} row {int(np.flatnonzero(df['label'].isna())[0]) + 1}: empty label")
-    train_values = _train_values(train)
+    df["path"] = _resolve_paths(df, base, where)
+    return df, where, source
+
+
+def _check_options(df: pd.DataFrame, where: str, train_values: dict[str, tuple[str, ...]], bins: dict[str, Any],
+                   max_per_split: int | None) -> dict[str, Any]:
     attr_cols = [c for c in df.columns if c not in RESERVED]
     for attr in train_values:
         if attr in RESERVED:
@@ -458,21 +503,20 @@ def attribute_splits(
         if attr not in df.columns:
             raise ConfigError(did_you_mean(f"attribute column in {where}:", attr, attr_cols,
                                            f"columns: {', '.join(map(str, df.columns))}"))
-    bins = dict(bins or {})
     for attr in bins:
         if attr not in train_values:
             raise ConfigError(f"bins: {attr!r} is not a training attribute ({', '.join(train_values)}); give it a "
                               f"training value too, e.g. --train {attr}=<bin>")
-    id_test = _check_id_test(id_test)
+        if f"{attr}_value" in df.columns:
+            raise ConfigError(f"{where}: binning {attr!r} would overwrite the existing column '{attr}_value'")
     if max_per_split is not None and (isinstance(max_per_split, bool) or int(max_per_split) < 1):
         raise ConfigError(f"max_per_split must be a positive number of rows, got {max_per_split!r}")
-    for c in train_values:
-        if f"{c}_value" in df.columns and c in bins:
-            raise ConfigError(f"{where}: binning {c!r} would overwrite the existing column '{c}_value'")
+    return bins
 
-    df = df.copy()
-    df["path"] = _resolve_paths(df, base, where)
-    bin_info: dict[str, dict[str, Any]] = {}
+
+def _apply_bins(df: pd.DataFrame, where: str, bins: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Replace each binned column by its bin names (raw values to ``<A>_value``); returns the bins used."""
+    info: dict[str, dict[str, Any]] = {}
     for attr, spec in bins.items():
         binning = as_binning(spec)
         raw = df[attr]
@@ -481,64 +525,45 @@ def attribute_splits(
         except DataError as exc:
             raise DataError(f"{where}: {exc}") from exc
         df[f"{attr}_value"] = raw
-        bin_info[attr] = {"labels": list(binning.labels), "edges": list(edges),
-                          "method": "quantile" if binning.edges is None else "fixed",
-                          "closed": "left: e_i <= x < e_(i+1)"}
-    values = {a: _as_text(df[a]) for a in train_values}
-    n_missing = {a: int(v.isna().sum()) for a, v in values.items()}
-    for attr, allowed in train_values.items():
-        present = (bin_info[attr]["labels"] if attr in bin_info
-                   else sorted(values[attr].dropna().unique(), key=_natural))
-        absent = [v for v in allowed if v not in present]
-        if absent:
-            raise DataError(did_you_mean(f"training value of {attr!r}:", absent[0], present,
-                                         f"it does not occur in {where}; values: {', '.join(present[:12])}"
-                                         + (" ..." if len(present) > 12 else "")))
+        info[attr] = {"labels": list(binning.labels), "edges": list(edges),
+                      "method": "quantile" if binning.edges is None else "fixed", "closed": "left: e_i <= x < e_(i+1)"}
+    return info
 
-    match = {a: values[a].isin(train_values[a]).to_numpy() for a in train_values}
-    pool = np.logical_and.reduce(list(match.values()))
-    if not pool.any():
-        each = "; ".join(f"{_describe(a, v)}: {int(match[a].sum())} rows" for a, v in train_values.items())
-        raise DataError(f"{where}: no row matches every training value at once ({each}); choose training values "
-                        "that occur together")
-    class_names = _integer_labels(df, where)
-    frames: dict[str, pd.DataFrame] = {}
-    pool_idx = np.flatnonzero(pool)
-    n_test = int(round(id_test * len(pool_idx))) if isinstance(id_test, float) else int(id_test)
-    if n_test >= len(pool_idx):
+
+def _id_split(pool: np.ndarray, labels: np.ndarray, id_test: float | int, seed: int, where: str,
+              train_values: dict[str, tuple[str, ...]]) -> dict[str, np.ndarray]:
+    """The ID pool split into ``train`` and ``id-test`` (stratified by label, seeded)."""
+    n_test = int(round(id_test * len(pool))) if isinstance(id_test, float) else int(id_test)
+    if n_test >= len(pool):
         raise DataError(f"{where}: the ID pool ({' and '.join(_describe(a, v) for a, v in train_values.items())}) "
-                        f"has {len(pool_idx)} rows, too few for an id-test set of {n_test} and a training set; "
+                        f"has {len(pool)} rows, too few for an id-test set of {n_test} and a training set; "
                         "lower id_test or widen the training values")
-    test_pos = stratified_sample(df["label"].to_numpy()[pool_idx], n_test, _rng(seed, "id-test"))
-    is_test = np.zeros(len(pool_idx), bool)
-    is_test[test_pos] = True
-    candidates = {"train": pool_idx[~is_test], "id-test": pool_idx[is_test]}
+    is_test = np.zeros(len(pool), bool)
+    is_test[stratified_sample(labels[pool], n_test, _rng(seed, "id-test"))] = True
+    return {"train": pool[~is_test], "id-test": pool[is_test]}
+
+
+def _ood_rows(values: dict[str, pd.Series], match: dict[str, np.ndarray], train_values: dict[str, tuple[str, ...]],
+              orders: dict[str, list[str]], where: str) -> dict[str, np.ndarray]:
+    """``A=v`` -> rows with ``A = v`` and every other attribute at its training values."""
+    out: dict[str, np.ndarray] = {}
+    n = len(next(iter(values.values())))
     for attr, allowed in train_values.items():
-        others = np.logical_and.reduce([match[b] for b in train_values if b != attr] or [np.ones(len(df), bool)])
-        order = bin_info[attr]["labels"] if attr in bin_info else sorted(values[attr].dropna().unique(), key=_natural)
-        for v in order:
-            if v in allowed:
-                continue
-            rows = np.flatnonzero(others & (values[attr] == v).to_numpy())
-            if not len(rows):
-                total = int((values[attr] == v).sum())
-                held = ", ".join(_describe(b, train_values[b]) for b in train_values if b != attr)
-                raise DataError(f"{where}: OOD split '{attr}={v}' is empty: none of the {total} rows with "
-                                f"{attr}={v!r} has {held}; change the bins or the training values")
-            candidates[f"{attr}={v}"] = rows
-        if len(order) == len(allowed):
+        if len(orders[attr]) == len(allowed):
             raise DataError(f"{where}: attribute {attr!r} has no value besides its training value(s) "
                             f"{list(allowed)}, so no OOD split varies it; drop it from train or bin it differently")
-    for name, rows in candidates.items():
-        if not len(rows):
-            raise DataError(f"{where}: split {name!r} is empty (ID pool of {len(pool_idx)} rows); "
-                            "change id_test or widen the training values")
-        rows = _cap(rows, df["label"].to_numpy(), name, seed, balance, max_per_split)
-        frames[name] = df.iloc[rows].reset_index(drop=True)
-    return AttributeSplits(frames=frames, train=train_values, bins=bin_info, source=source, seed=int(seed),
-                           id_test=id_test, max_per_split=None if max_per_split is None else int(max_per_split),
-                           balance=bool(balance), n_rows=len(df), n_missing=n_missing, class_names=class_names,
-                           present=sorted(int(c) for c in df["label"].unique()))
+        others = np.logical_and.reduce([match[b] for b in train_values if b != attr] or [np.ones(n, bool)])
+        for v in orders[attr]:
+            if v in allowed:
+                continue
+            is_v = (values[attr] == v).to_numpy()
+            rows = np.flatnonzero(others & is_v)
+            if not len(rows):
+                held = ", ".join(_describe(b, train_values[b]) for b in train_values if b != attr)
+                raise DataError(f"{where}: OOD split '{attr}={v}' is empty: none of the {int(is_v.sum())} rows with "
+                                f"{attr}={v!r} has {held}; change the bins or the training values")
+            out[f"{attr}={v}"] = rows
+    return out
 
 
 def _integer_labels(df: pd.DataFrame, where: str) -> list[str]:
