@@ -18,8 +18,8 @@ from shiftbench.datasets import ImageDecodeError, load_dataset
 from shiftbench.errors import ConfigError, DataError
 from shiftbench.shifts import compositing
 from shiftbench.shifts.compositing import (CompositeDataset, Foreground, composite_dataset, composite_from_spec,
-                                           composite_setting, factor_accuracy, location_grid, location_heatmap,
-                                           rotation_angles)
+                                           composite_setting, compositing_study, factor_accuracy,
+                                           heatmap_from_study, location_grid, location_heatmap, rotation_angles)
 from shiftbench.store import Store
 
 RED, GREEN, BLUE = (255, 0, 0), (0, 255, 0), (0, 0, 255)
@@ -311,3 +311,80 @@ def test_grid_helpers_and_docstring_examples():
     assert math.isclose(location_grid(3, margin=0.1)[-1][0], 0.9)
     result = doctest.testmod(compositing)
     assert result.attempted > 0 and result.failed == 0
+
+
+# ---------------------------------------------------------------------------- the composite: setting and the study
+def mini_spec(assets) -> Path:
+    spec = {"name": "mini-si-score", "num_classes": 4, "foregrounds": [{"image": "fg/red_disc.png", "class_id": 0}],
+            "backgrounds": ["bg/street.png"], "sizes": [0.01, 0.05], "locations": {"grid": 3, "margin": 0.0},
+            "rotations": [0, 90]}
+    path = assets["root"] / "mini.json"
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def test_composite_spelling_is_a_setting_whose_accuracies_equal_factor_accuracy(assets, colour_model, tmp_path):
+    """``composite:<spec>`` needs no registration: the CLI's `eval --setting composite:spec.json`."""
+    import shiftbench
+    from shiftbench.settings import get_setting
+
+    path = mini_spec(assets)
+    setting = get_setting(f"composite:{path}")
+    assert setting.dataset == "composite" and setting.dataset_args == (("path", str(path)),)
+    res = shiftbench.evaluate(colour_model, f"composite:{path}", store=tmp_path / "store", progress=False)
+    assert res["n_examples"][0] == 36
+    # the disc survives the 256 -> 224 centre crop at 5% everywhere, at 1% only at the centre (as above)
+    assert res["accuracy"][0] == pytest.approx(100 * (18 + 2) / 36)
+    study = compositing_study(colour_model, path, store=tmp_path / "store")
+    preds = Store(tmp_path / "store").read_predictions(res["key"][0])
+    expected = factor_accuracy(preds, composite_from_spec(path))
+    size = study[study["factor"] == "size"]
+    assert size["value"].tolist() == [0.01, 0.05] and size["label"].tolist() == ["0.01", "0.05"]
+    assert size["accuracy"].tolist() == pytest.approx(expected["size"]["accuracy"].tolist())
+    assert size["accuracy"].tolist() == pytest.approx([100 / 9, 100.0])
+    rot = study[study["factor"] == "rotation"]
+    assert rot["accuracy"].tolist() == pytest.approx(expected["rotation"]["accuracy"].tolist())
+    assert study.attrs["accuracy"] == res["accuracy"][0] and study.attrs["key"] == res["key"][0]
+    heat = heatmap_from_study(study)
+    np.testing.assert_allclose(heat.to_numpy(), location_heatmap(preds, composite_from_spec(path)).to_numpy())
+    p95 = np.percentile([50] * 8 + [100], 95)
+    assert heat.loc[0.5, 0.5] == pytest.approx(100 / p95) and heat.loc[0.0, 0.0] == pytest.approx(50 / p95)
+    assert set(study["setting"]) == {f"composite:{path}"} and set(study["dataset"]) == {"mini-si-score"}
+
+
+def test_compositing_study_is_stored_and_a_rerun_replaces_it_without_a_forward_pass(assets, colour_model, tmp_path):
+    path = mini_spec(assets)
+    store = Store(tmp_path / "store")
+    first = compositing_study(colour_model, path, store=store)
+    name = first.attrs["study"]
+    assert name == "colour_models.build__mini-si-score" and store.study_names("compositing") == [name]
+    stored = store.read_study("compositing", name)
+    pd.testing.assert_frame_equal(stored, first.reset_index(drop=True), check_like=True)
+    meta = store.study_meta("compositing", name)
+    assert meta["n_examples"] == 36 and meta["key"] == first.attrs["key"] and meta["shape"] == [1, 1, 2, 9, 2]
+    again = compositing_study(colour_model, path, store=store, percentile=50)
+    assert store.study_names("compositing") == [name] and len(store.read_study("compositing", name)) == len(first)
+    assert store.runs().sort_values("finished")["chunks"].tolist() == [1, 0]  # the finished key was reused
+    assert store.study_meta("compositing", name)["percentile"] == 50.0
+    assert heatmap_from_study(again).loc[0.5, 0.5] == pytest.approx(2.0)  # 100% over the median 50%
+
+
+def test_a_limited_study_covers_the_evaluated_examples_only(assets, colour_model, tmp_path):
+    study = compositing_study(colour_model, mini_spec(assets), store=tmp_path / "store", limit=4)
+    assert study.attrs["n_examples"] == 4
+    # the first 4 examples: size 0.01, locations (0,0) and (0.5,0), both rotations
+    assert study.loc[study["factor"] == "size", "n"].tolist() == [4]
+    assert study.loc[study["factor"] == "location", "label"].tolist() == ["0,0", "0.5,0"]
+
+
+def test_bad_composite_settings_and_study_arguments_name_the_fix(tmp_path):
+    from shiftbench.settings import get_setting
+
+    with pytest.raises(ConfigError, match=r"composite:<spec.json\|yaml>"):
+        get_setting("composite:")
+    with pytest.raises(DataError, match="no such file"):
+        compositing_study("python:nope:nope", tmp_path / "missing.json", store=tmp_path / "s")
+    with pytest.raises(ConfigError, match="percentile"):
+        compositing_study("python:nope:nope", tmp_path / "missing.json", percentile=0)
+    with pytest.raises(DataError, match="no location rows"):
+        heatmap_from_study(pd.DataFrame({"factor": ["size"], "accuracy": [1.0]}))

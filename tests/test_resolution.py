@@ -154,3 +154,31 @@ def test_bad_arguments_are_config_errors(stripes):
 def test_docstring_examples_run():
     result = doctest.testmod(resolution)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_a_sweep_is_stored_as_a_study_and_a_rerun_replaces_it(stripes):
+    store = Store(stripes["store"])
+    res = resolution_sweep("python:stripe_models:build", stripes["setting"], resolutions=(48, 96), store=store)
+    name = res.attrs["study"]
+    assert name.startswith("stripe_models.build__folder_") and "/" not in name
+    assert store.study_names("resolution") == [name]
+    stored = store.read_study("resolution", name)
+    assert stored["resolution"].tolist() == [48, 96] and stored["accuracy"].tolist() == res["accuracy"].tolist()
+    assert stored["best"].tolist() == [False, True] and stored["error"].isna().all()
+    assert (stored["native_resolution"] == 224).all() and (stored["setting"] == stripes["setting"]).all()
+    assert (stored["base_model"] == "stripe_models.build").all()
+    meta = store.study_meta("resolution", name)
+    assert meta["best_resolution"] == 96 and meta["resolutions"] == [48, 96] and meta["adjust_resize_ratio"] is True
+    again = resolution_sweep("python:stripe_models:build", stripes["setting"], resolutions=(96, 224), store=store)
+    assert store.study_names("resolution") == [name]
+    replaced = store.read_study("resolution", name)
+    assert replaced["resolution"].tolist() == [96, 224] and replaced["accuracy"][0] == res["accuracy"][1]
+    assert again.attrs["best_resolution"] == 224
+
+
+def test_failed_resolutions_are_stored_with_their_reason(stripes):
+    res = resolution_sweep("python:stripe_models:fixed", stripes["setting"], resolutions=(64, 96),
+                           store=stripes["store"])
+    stored = Store(stripes["store"]).read_study("resolution", res.attrs["study"])
+    assert "doesn't match model (96)" in stored.loc[0, "error"] and stored["error"].isna().tolist() == [False, True]
+    assert np.isnan(stored.loc[0, "accuracy"]) and stored.loc[1, "accuracy"] == 50.0

@@ -582,11 +582,12 @@ def compositing_study(
     if not 0 < percentile <= 100:
         raise ConfigError(f"compositing_study: percentile must be in (0, 100], got {percentile!r}")
     setting = composite_setting(spec)
+    # the spec is read (and checked) before the model is loaded
+    dataset = spec if isinstance(spec, CompositeDataset) else load_dataset("composite", data_root, path=spec)
     target = store if isinstance(store, Store) else Store(store or DEFAULT_STORE)
     evaluate_kwargs.setdefault("progress", False)
     result = evaluate(model, setting, data_root=data_root, store=target, **evaluate_kwargs)
     row = result.iloc[0]
-    dataset = spec if isinstance(spec, CompositeDataset) else load_dataset("composite", data_root, path=spec)
     preds = target.read_predictions(row["key"])
     factors = factor_accuracy(preds, dataset)
     heat = location_heatmap(preds, dataset, percentile)
