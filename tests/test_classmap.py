@@ -298,6 +298,26 @@ def test_engine_scores_a_folder_in_the_target_space_through_a_user_map(tmp_path,
     assert evaluate([name], tmp_path / "store").loc[name, "accuracy"] == 50.0
 
 
+def test_a_second_map_over_kept_logits_needs_no_forward_pass(tmp_path, monkeypatch):
+    from shiftbench import evaluate as ev
+
+    monkeypatch.syspath_prepend(str(FIXTURES))
+    from oracle_models import Oracle
+
+    data = folder(tmp_path / "imgs", {"cat": [TABBY, COUGAR], "dog": [GOLDEN]})
+    a = write(tmp_path / "a.csv", "source,target\ntabby,cat\ngolden_retriever,dog\n")
+    b = write(tmp_path / "b.json", json.dumps({"cat": ["tabby", "cougar"], "dog": ["golden_retriever"]}))
+    kw = dict(store=tmp_path / "store", workers=0, batch_size=2, progress=False, keep_logits=True)
+    Oracle.seen = 0
+    ra = ev("python:oracle_models:oracle", [f"folder:{data}@classmap:{a}"], **kw)
+    assert Oracle.seen == 3
+    rb = ev("python:oracle_models:oracle", [f"folder:{data}@classmap:{b}"], **kw)
+    assert Oracle.seen == 3                       # b was scored from the stored logits
+    # the cougar image: under a its pooled scores tie at -5 (cat wins the tie), under b it is a cat
+    assert ra.iloc[0]["accuracy"] == 100.0 and rb.iloc[0]["accuracy"] == 100.0
+    assert ra.iloc[0]["nll"] > rb.iloc[0]["nll"]
+
+
 def test_engine_refuses_a_class_map_and_the_datasets_own_space_in_one_pass(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(FIXTURES))
     data = folder(tmp_path / "imgs", {"cat": [TABBY], "dog": [GOLDEN]})
