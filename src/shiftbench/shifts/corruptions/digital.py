@@ -128,64 +128,59 @@ def saturate(x: Any, severity: int) -> Any:
 
 
 @functools.lru_cache(maxsize=64)
-def _pil_box_weights(in_size: int, out_size: int) -> tuple[Any, Any]:
-    """Pillow's BOX resampling (``precompute_coeffs`` + ``normalize_coeffs_8bpc`` in Resample.c)
-    as a 0/1 float32 ``(out, in)`` support matrix and the 22-bit fixed-point weight of each output
-    as int32 (a box's weights are all ``1 / count``)."""
-    import numpy as np
+def _pil_box_weights(in_size: int, out_size: int) -> tuple[Any, Any, Any]:
+    """Pillow's BOX resampling (``precompute_coeffs`` + ``normalize_coeffs_8bpc`` in Resample.c):
+    for each output, its window ``[lo, hi)`` of input pixels (int64) and the 22-bit fixed-point
+    weight (int32) of every pixel in it (a box's weights are all ``1 / count``)."""
     import torch
 
     scale = in_size / out_size
     filterscale = max(scale, 1.0)
     support = 0.5 * filterscale
     ss = 1.0 / filterscale
-    ones = np.zeros((out_size, in_size), dtype=np.float32)
-    fixed = np.zeros(out_size, dtype=np.int32)
+    lo, hi, fixed = [], [], []
     for xx in range(out_size):
         center = (xx + 0.5) * scale
         xmin = max(int(center - support + 0.5), 0)
         xmax = min(int(center + support + 0.5), in_size) - xmin
-        taps = [x for x in range(xmax) if -0.5 < (x + xmin - center + 0.5) * ss <= 0.5]
-        ones[xx, [xmin + x for x in taps]] = 1
-        fixed[xx] = int(0.5 + (1.0 / len(taps)) * (1 << 22)) if taps else 0
-    return torch.from_numpy(ones), torch.from_numpy(fixed)
+        taps = [xmin + x for x in range(xmax) if -0.5 < (x + xmin - center + 0.5) * ss <= 0.5]
+        lo.append(taps[0] if taps else 0)
+        hi.append(taps[-1] + 1 if taps else 0)        # the taps are consecutive
+        fixed.append(int(0.5 + (1.0 / len(taps)) * (1 << 22)) if taps else 0)
+    return torch.tensor(lo), torch.tensor(hi), torch.tensor(fixed, dtype=torch.int32)
 
 
 @functools.lru_cache(maxsize=64)
-def _pil_nearest_matrix(in_size: int, out_size: int) -> Any:
-    """Pillow's NEAREST resize (``ImagingScaleAffine``: ``xo = a/2``, then ``xo += a`` per pixel
-    with ``a = in/out``, truncated) as a 0/1 float32 ``(out, in)`` selection matrix."""
+def _pil_nearest_index(in_size: int, out_size: int) -> Any:
+    """Source index of each output pixel of Pillow's NEAREST resize (``ImagingScaleAffine``:
+    ``xo = a/2``, then ``xo += a`` per pixel with ``a = in/out``, truncated)."""
     import torch
 
     a = in_size / out_size
-    xo, src = a * 0.5, []
+    xo, out = a * 0.5, []
     for _ in range(out_size):
-        src.append(min(int(xo), in_size - 1))
+        out.append(min(int(xo), in_size - 1))
         xo += a
-    m = torch.zeros((out_size, in_size))
-    m[torch.arange(out_size), torch.tensor(src)] = 1
-    return m
+    return torch.tensor(out)
 
 
-def _pil_resample_pass(y: Any, weights: tuple[Any, Any], dim: int) -> Any:
+def _pil_resample_pass(y: Any, weights: tuple[Any, Any, Any], dim: int) -> Any:
     """One 8-bit Pillow BOX pass along ``dim`` (-1 or -2) of integer-valued float32 pixels:
-    ``clip8((w * sum + 2**21) >> 22)`` - pixel sums exact in float32 (< 2**24), the fixed-point
-    product exact in int32 (< 255 * 2**22 < 2**31)."""
+    ``clip8((w * sum + 2**21) >> 22)``. Window sums are differences of a cumulative sum (exact
+    in float32: < 2**24), the fixed-point product exact in int32 (< 255 * 2**22 < 2**31)."""
     import torch
+    import torch.nn.functional as F
 
-    ones, fixed = (t.to(y.device) for t in weights)
-    if dim == -1:
-        sums, fixed = torch.matmul(y, ones.t()), fixed.view(1, -1)
-    else:
-        sums, fixed = torch.matmul(ones, y), fixed.view(-1, 1)
+    lo, hi, fixed = (t.to(y.device) for t in weights)
+    cs = F.pad(y.cumsum(dim), (1, 0) if dim == -1 else (0, 0, 1, 0))
+    sums = cs.index_select(dim, hi).sub_(cs.index_select(dim, lo))
+    fixed = fixed.view(1, -1) if dim == -1 else fixed.view(-1, 1)
     q = sums.to(torch.int32).mul_(fixed).add_(1 << 21).bitwise_right_shift_(22).clamp_(0, 255)
     return q.to(torch.float32)
 
 
 def pixelate(x: Any, severity: int) -> Any:
     """Pillow ``resize((int(W c), int(H c)), BOX)`` then ``resize((W, H), NEAREST)``, bit-exact."""
-    import torch
-
     c = param(PIXELATE, "pixelate", severity)
     h, w = x.shape[-2:]
     sh, sw = int(h * c), int(w * c)
@@ -198,10 +193,8 @@ def pixelate(x: Any, severity: int) -> Any:
     else:
         small = _pil_resample_pass(u8, _pil_box_weights(w, sw), -1)
         small = _pil_resample_pass(small, _pil_box_weights(h, sh), -2)
-    rows = _pil_nearest_matrix(sh, h).to(x.device)
-    cols = _pil_nearest_matrix(sw, w).to(x.device)
-    out = torch.matmul(torch.matmul(rows, small), cols.t())   # 0/1 selections: exact
-    return out.div_(255).to(x.dtype)
+    out = small.div_(255).index_select(-2, _pil_nearest_index(sh, h).to(x.device))
+    return out.index_select(-1, _pil_nearest_index(sw, w).to(x.device)).to(x.dtype)
 
 
 def jpeg_compression(x: Any, severity: int) -> Any:
@@ -210,12 +203,30 @@ def jpeg_compression(x: Any, severity: int) -> Any:
     the reference's Pillow ``save(JPEG, quality)`` + decode (same libjpeg settings; checked at
     224, 32 and odd sizes, every quality) and ~3x faster per image (no PIL/NumPy conversions)."""
     import torch
-    from torchvision.io import decode_jpeg, encode_jpeg
 
     quality = param(JPEG_QUALITY, "jpeg_compression", severity)
     u8 = to_uint8(x).cpu()
-    out = torch.stack(decode_jpeg(encode_jpeg(list(u8), quality=quality)))
+    try:   # deprecated in torchvision 0.29 (in favour of TorchCodec): Pillow when it is gone
+        from torchvision.io import decode_jpeg, encode_jpeg
+    except ImportError:
+        out = torch.stack([_pil_jpeg(img, quality) for img in u8])
+    else:
+        out = torch.stack(decode_jpeg(encode_jpeg(list(u8), quality=quality)))
     return out.to(device=x.device, dtype=x.dtype).div_(255)
+
+
+def _pil_jpeg(img: Any, quality: int) -> Any:
+    """One uint8 ``(3, H, W)`` image through Pillow's JPEG encoder and decoder (the reference's path)."""
+    import io
+
+    import numpy as np
+    import torch
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(img.permute(1, 2, 0).numpy()).save(buf, "JPEG", quality=quality)
+    buf.seek(0)
+    return torch.from_numpy(np.array(Image.open(buf).convert("RGB"))).permute(2, 0, 1)
 
 
 # ---------------------------------------------------------------- elastic transform (random)
@@ -225,7 +236,7 @@ def elastic_noise(generator: Any, h: int, w: int) -> Any:
     ``np.random.uniform(-m, m, (H, W))`` calls, for dx then dy)."""
     import torch
 
-    return torch.rand((2, h, w), generator=generator, dtype=torch.float64)
+    return torch.rand((2, h, w), generator=generator).double()   # float32 draws (cheaper), used in float64
 
 
 def elastic_transform_from_noise(x: Any, severity: int, u: Any) -> Any:
