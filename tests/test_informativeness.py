@@ -16,10 +16,12 @@ from shiftbench.errors import ConfigError, DataError
 from shiftbench import testbed as tbmod
 
 
-def sklearn_raw_coef(x: np.ndarray, y: np.ndarray, w: np.ndarray, C: float = 1.0) -> np.ndarray:
+def sklearn_raw_coef(x: np.ndarray, y: np.ndarray, w: np.ndarray, C: float = 1.0,
+                     class_weight: str | None = None) -> np.ndarray:
     """scikit-learn's standardised logistic regression, mapped back to raw-feature coefficients."""
     scaler = StandardScaler().fit(x, sample_weight=w)
-    lr = LogisticRegression(C=C, tol=1e-12, max_iter=100_000).fit(scaler.transform(x), y, sample_weight=w)
+    lr = LogisticRegression(C=C, tol=1e-12, max_iter=100_000, class_weight=class_weight).fit(
+        scaler.transform(x), y, sample_weight=w)
     raw = lr.coef_[0] / scaler.scale_
     return np.concatenate([[lr.intercept_[0] - raw @ scaler.mean_], raw])
 
@@ -41,6 +43,17 @@ def test_batched_solver_matches_sklearn_on_weighted_standardised_problems(C):
         np.testing.assert_allclose(ours[k], sklearn_raw_coef(x, y, weights[k], C), rtol=1e-5, atol=1e-6)
 
 
+def test_balanced_class_weights_match_sklearn_on_training_subsets():
+    x, y = noisy_problem(90, seed=3)
+    y[:60] = 0.0                                                    # imbalanced: few positives
+    subsets = (np.random.default_rng(4).random((4, len(y))) < 0.7).astype(float)
+    ours = fit_logistic_batch(x, y, subsets, balanced=True)
+    for k, w in enumerate(subsets):
+        keep = w > 0
+        np.testing.assert_allclose(ours[k], sklearn_raw_coef(x[keep], y[keep], np.ones(keep.sum()),
+                                                             class_weight="balanced"), rtol=1e-5, atol=1e-6)
+
+
 def test_batched_solver_stays_finite_on_separable_data_and_matches_sklearn():
     x, _ = noisy_problem()
     y = (x[:, 0] > 70).astype(float)                 # perfectly separable: only the L2 penalty keeps b finite
@@ -49,18 +62,19 @@ def test_batched_solver_stays_finite_on_separable_data_and_matches_sklearn():
     np.testing.assert_allclose(ours, sklearn_raw_coef(x, y, np.ones(len(y))), rtol=1e-5)
 
 
-def test_cv_balanced_accuracy_equals_sklearn_cross_val_predict_on_the_same_folds():
+@pytest.mark.parametrize("class_weight", [None, "balanced"])
+def test_cv_balanced_accuracy_equals_sklearn_cross_val_predict_on_the_same_folds(class_weight):
     x, y = noisy_problem(60, seed=4)
     rng = np.random.default_rng(0)
     folds = np.stack([_stratified_folds(y.astype(int), 4, rng) for _ in range(3)])
     plan = _Plan(np.ones((3, len(y))), folds, 4)
-    ours = _cv_balanced_accuracy(x, y, plan, 1.0)
+    ours = _cv_balanced_accuracy(x, y, plan, 1.0, balanced=class_weight == "balanced")
     for r in range(3):
         pred = np.empty(len(y))
         for k in range(4):
             test = folds[r] == k
             scaler = StandardScaler().fit(x[~test])
-            lr = LogisticRegression().fit(scaler.transform(x[~test]), y[~test])
+            lr = LogisticRegression(class_weight=class_weight).fit(scaler.transform(x[~test]), y[~test])
             pred[test] = lr.predict(scaler.transform(x[test]))
         assert ours[r] == pytest.approx(100 * balanced_accuracy_score(y, pred))
 
@@ -133,6 +147,17 @@ def test_bootstrap_is_seeded_and_its_size_is_a_parameter():
     assert a.gain_sd == pytest.approx(np.std(a.gains, ddof=1))
 
 
+def test_balanced_class_weights_let_a_small_group_be_predicted_at_all():
+    rng = np.random.default_rng(0)
+    x = rng.normal(75, 3, 130)
+    y = np.array([1] * 10 + [0] * 120)
+    metric = np.where(y == 1, 1.0, 0.0) + rng.normal(0, 0.6, len(y))   # informative but noisy
+    weighted = metric_informativeness(x, metric, y, n_resamples=10)
+    plain = metric_informativeness(x, metric, y, n_resamples=10, class_weight=None)
+    assert plain.score_id == 50.0                          # the unweighted fit always says "baseline"
+    assert weighted.gain > plain.gain + 5
+
+
 def test_models_with_a_missing_value_are_dropped_and_counted():
     metric = np.where(GROUP == 1, 1.0, 0.0)
     metric[[0, 13]] = np.nan
@@ -144,6 +169,7 @@ def test_models_with_a_missing_value_are_dropped_and_counted():
     ({"n_resamples": 0}, "n_resamples=0 must be at least 1"),
     ({"n_folds": 1}, "n_folds=1 must be at least 2"),
     ({"C": 0.0}, "C=0.0 must be positive"),
+    ({"class_weight": "even"}, "class_weight='even': use 'balanced'"),
 ])
 def test_bad_parameters_are_config_errors(kwargs, message):
     with pytest.raises(ConfigError, match=message):

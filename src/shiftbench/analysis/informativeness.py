@@ -17,7 +17,10 @@ trained). shiftbench implements it as follows (every choice is a parameter):
   the same metric here (they differ only through the L2 penalty);
 * **classifier** - L2-regularised logistic regression (scikit-learn's ``LogisticRegression``
   objective, ``C = 1``, unpenalised intercept):
-  ``min_b 0.5 ||b_1..p||^2 + C sum_i w_i [log(1 + exp(eta_i)) - y_i eta_i]``;
+  ``min_b 0.5 ||b_1..p||^2 + C sum_i w_i [log(1 + exp(eta_i)) - y_i eta_i]``, with
+  ``class_weight="balanced"`` (each class weighs half of the loss). Without it a small group
+  (12 ``ROBUST_INTV`` against 1,208 ``STANDARD`` models in ``timm-reference``) is never
+  predicted at all, and every metric scores a flat 50% balanced accuracy;
 * **score** - *balanced* accuracy (the mean of the two recalls) of the pooled out-of-fold
   predictions of a stratified ``n_folds``-fold cross-validation. Balanced, because the groups are
   imbalanced (16 ``LP_ADV`` against 87 ``STANDARD`` models): plain accuracy would reward
@@ -86,7 +89,7 @@ class Informativeness:
 
 # ---------------------------------------------------------------------------- batched solver
 def fit_logistic_batch(features: np.ndarray, y: np.ndarray, weights: np.ndarray, *, C: float = 1.0,
-                       max_iter: int = 100, tol: float = 1e-8) -> np.ndarray:
+                       balanced: bool = False, max_iter: int = 100, tol: float = 1e-8) -> np.ndarray:
     """Fit many weighted, standardised, L2-regularised logistic regressions at once.
 
     ``features`` is ``(n, p)`` (shared by all problems), ``y`` is ``(n,)`` in {0, 1} and
@@ -98,16 +101,22 @@ def fit_logistic_batch(features: np.ndarray, y: np.ndarray, weights: np.ndarray,
     where ``s_kj`` is the ``w_k``-weighted s.d. of feature ``j``. This is exactly scikit-learn's
     ``LogisticRegression(C=C)`` on features standardised with ``StandardScaler`` fitted on
     ``w_k`` (a coefficient on standardised features is ``s_kj b_j``), solved by damped Newton
-    steps for all problems together. Returns ``(P, p + 1)`` coefficients on the *raw* features,
-    intercept first.
+    steps for all problems together. ``balanced=True`` multiplies each weight by
+    ``W / (2 W_c)`` (``W_c`` the problem's total weight of the model's class), scikit-learn's
+    ``class_weight="balanced"`` with the weights counted as copies. Returns ``(P, p + 1)``
+    coefficients on the *raw* features, intercept first.
     """
     n, p = features.shape
     design = np.concatenate([np.ones((n, 1)), features], axis=1)              # (n, q)
     q = p + 1
     total = weights.sum(axis=1)
     mean = (weights @ features) / total[:, None]
-    var = (weights @ features**2) / total[:, None] - mean**2
+    var = (weights @ features**2) / total[:, None] - mean**2                  # the scaler sees the plain weights
     pen = np.concatenate([np.full((len(weights), 1), 1e-10), np.maximum(var, 0.0) + 1e-12], axis=1)  # (P, q)
+    if balanced:
+        pos = weights @ y
+        per_class = np.where(y[None, :] > 0, pos[:, None], (total - pos)[:, None])
+        weights = weights * total[:, None] / (2.0 * np.where(per_class > 0, per_class, 1.0))
     iu = np.triu_indices(q)
     outer = design[:, iu[0]] * design[:, iu[1]]                                # (n, q(q+1)/2)
     wy = weights * y
@@ -188,9 +197,10 @@ def _plans(y: np.ndarray, n_resamples: int, n_folds: int, n_repeats: int, seed: 
     return observed, boot
 
 
-def _cv_balanced_accuracy(features: np.ndarray, y: np.ndarray, plan: _Plan, C: float) -> np.ndarray:
+def _cv_balanced_accuracy(features: np.ndarray, y: np.ndarray, plan: _Plan, C: float,
+                          balanced: bool = True) -> np.ndarray:
     """Balanced accuracy (percent) of pooled out-of-fold predictions, one per resample."""
-    coef = fit_logistic_batch(features, y, plan.train_weights, C=C)            # (R*K, q)
+    coef = fit_logistic_batch(features, y, plan.train_weights, C=C, balanced=balanced)   # (R*K, q)
     r, n = plan.counts.shape
     eta = (coef[:, 0:1] + coef[:, 1:] @ features.T).reshape(r, plan.n_folds, n)
     oof = np.take_along_axis(eta, plan.folds[:, None, :], axis=1)[:, 0, :]    # each model from its test fold
@@ -208,7 +218,9 @@ def _standardise(values: np.ndarray) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------- public API
-def _check_counts(n_resamples: int, n_folds: int, n_repeats: int, C: float) -> None:
+def _check_counts(n_resamples: int, n_folds: int, n_repeats: int, C: float, class_weight: str | None) -> None:
+    if class_weight not in ("balanced", None):
+        raise ConfigError(f"class_weight={class_weight!r}: use 'balanced' (default) or None")
     if n_resamples < 1:
         raise ConfigError(f"n_resamples={n_resamples} must be at least 1 (100 is the default)")
     if n_folds < 2:
@@ -223,18 +235,18 @@ class _Scorer:
     """Scores for one set of models: the ID-only scores are computed once and reused."""
 
     def __init__(self, id_feature: np.ndarray, y: np.ndarray, *, n_resamples: int, n_folds: int,
-                 n_repeats: int, C: float, seed: int | None) -> None:
-        self.y, self.C = y.astype(float), C
+                 n_repeats: int, C: float, seed: int | None, class_weight: str | None) -> None:
+        self.y, self.C, self.balanced = y.astype(float), C, class_weight == "balanced"
         self.observed, self.boot = _plans(y, n_resamples, n_folds, n_repeats, seed)
         self.id_feature = id_feature
         base = _standardise(id_feature[:, None])
-        self.id_observed = _cv_balanced_accuracy(base, self.y, self.observed, C)
-        self.id_boot = _cv_balanced_accuracy(base, self.y, self.boot, C)
+        self.id_observed = _cv_balanced_accuracy(base, self.y, self.observed, C, self.balanced)
+        self.id_boot = _cv_balanced_accuracy(base, self.y, self.boot, C, self.balanced)
 
     def score(self, metric: np.ndarray) -> Informativeness:
         both = _standardise(np.stack([self.id_feature, metric], axis=1))
-        obs = _cv_balanced_accuracy(both, self.y, self.observed, self.C)
-        boot = _cv_balanced_accuracy(both, self.y, self.boot, self.C)
+        obs = _cv_balanced_accuracy(both, self.y, self.observed, self.C, self.balanced)
+        boot = _cv_balanced_accuracy(both, self.y, self.boot, self.C, self.balanced)
         gains = boot - self.id_boot
         return Informativeness(
             score_id=float(self.id_observed.mean()), score_metric=float(obs.mean()),
@@ -253,6 +265,7 @@ def metric_informativeness(
     n_folds: int = DEFAULT_FOLDS,
     n_repeats: int = DEFAULT_REPEATS,
     C: float = 1.0,
+    class_weight: str | None = "balanced",
     seed: int | None = 0,
 ) -> Informativeness:
     """Gain in cross-validated balanced accuracy from adding ``metric`` to ``id_accuracy``.
@@ -271,7 +284,7 @@ def metric_informativeness(
     >>> res.score_id < 60, round(res.score_metric), res.gain > 40   # ID accuracy alone: chance level
     (True, 100, True)
     """
-    _check_counts(n_resamples, n_folds, n_repeats, C)
+    _check_counts(n_resamples, n_folds, n_repeats, C, class_weight)
     x = np.asarray(id_accuracy, dtype=float).ravel()
     m = np.asarray(metric, dtype=float).ravel()
     g = np.asarray(in_group).ravel()
@@ -286,7 +299,8 @@ def metric_informativeness(
         raise DataError(f"{n_folds}-fold cross-validation needs at least {n_folds} models in each group; the smaller "
                         f"group has {smallest} (after dropping {int((~keep).sum())} with missing values); lower "
                         "n_folds or add models")
-    return _Scorer(x, y, n_resamples=n_resamples, n_folds=n_folds, n_repeats=n_repeats, C=C, seed=seed).score(m)
+    return _Scorer(x, y, n_resamples=n_resamples, n_folds=n_folds, n_repeats=n_repeats, C=C, seed=seed,
+                   class_weight=class_weight).score(m)
 
 
 def informativeness_groups(testbed: Testbed, x: str = "val", *, baseline: str = "STANDARD",
@@ -313,6 +327,7 @@ def informativeness_ranking(
     n_repeats: int = DEFAULT_REPEATS,
     min_models: int = DEFAULT_MIN_MODELS,
     C: float = 1.0,
+    class_weight: str | None = "balanced",
     seed: int | None = 0,
     on_step: Callable[[str], None] | None = None,
 ) -> pd.DataFrame:
@@ -330,9 +345,9 @@ def informativeness_ranking(
         The metrics, as settings of the testbed (their accuracy in ``scale`` coordinates); default
         every setting but ``x``. A (setting, group) pair with fewer than ``min_models`` models of
         the group or of the baseline is left out and listed in ``attrs["skipped"]``.
-    n_resamples, n_folds, n_repeats, C, seed:
+    n_resamples, n_folds, n_repeats, C, class_weight, seed:
         Bootstrap resamples, cross-validation folds, fold splits of the point estimate, the
-        inverse L2 strength and the seed. The same seed gives every setting with the same
+        inverse L2 strength, the class weighting (module docstring) and the seed. The same seed gives every setting with the same
         models the same resamples and folds, so settings are compared on paired resamples.
     on_step:
         Called with the setting's name after each setting (for progress bars).
@@ -346,7 +361,7 @@ def informativeness_ranking(
     """
     start = time.perf_counter()
     check_scale(scale)
-    _check_counts(n_resamples, n_folds, n_repeats, C)
+    _check_counts(n_resamples, n_folds, n_repeats, C, class_weight)
     if min_models < n_folds:
         raise ConfigError(f"min_models={min_models} must be at least n_folds={n_folds}")
     testbed.check_setting(x)
@@ -387,7 +402,7 @@ def informativeness_ranking(
             key = (g, use.tobytes())
             if key not in scorers:
                 scorers[key] = _Scorer(feats[use, col[x]], y, n_resamples=n_resamples, n_folds=n_folds,
-                                       n_repeats=n_repeats, C=C, seed=seed)
+                                       n_repeats=n_repeats, C=C, seed=seed, class_weight=class_weight)
             res = scorers[key].score(values[use])
             rows.append({"group": g, "setting": s, **res.to_dict()})
         if on_step is not None:
@@ -399,8 +414,8 @@ def informativeness_ranking(
         out = out.sort_values(["group", "rank"], key=lambda c: c.map(order) if c.name == "group" else c)
     out = out.reindex(columns=RANKING_COLUMNS).reset_index(drop=True)
     out.attrs.update(testbed=testbed.name, x=x, baseline=baseline, groups=chosen, scale=scale,
-                     n_resamples=n_resamples, n_folds=n_folds, n_repeats=n_repeats, C=C, seed=seed,
-                     min_models=min_models, skipped=skipped, seconds=time.perf_counter() - start)
+                     n_resamples=n_resamples, n_folds=n_folds, n_repeats=n_repeats, C=C, class_weight=class_weight,
+                     seed=seed, min_models=min_models, skipped=skipped, seconds=time.perf_counter() - start)
     return out
 
 
