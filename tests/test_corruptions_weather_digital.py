@@ -329,3 +329,38 @@ def test_cuda_gives_the_cpu_result(photos224):
             cpu = shift(x, [0, 1, 2], seed=0)
             gpu = shift(x.cuda(), [0, 1, 2], seed=0).cpu()
             assert (cpu - gpu).abs().mean() < 0.5 * GREY_LEVEL, (name, severity)
+
+
+# ---------------------------------------------------------------- speed paths stay exact
+
+@pytest.mark.parametrize("hw", [(40, 72), (33, 47)])
+def test_jpeg_is_bit_exact_with_pillow_on_sizes_that_are_not_multiples_of_16(hw):
+    ref = reference()
+    im = photos_u8(hw)[0]
+    for severity in (1, 5):
+        ours = np.round(to_numpy(digital.jpeg_compression(to_tensor(im[None]), severity))[0] * 255)
+        np.testing.assert_array_equal(ours, np.asarray(ref.jpeg_compression(Image.fromarray(im), severity)))
+        theirs_pil = digital._pil_jpeg(torch.from_numpy(im).permute(2, 0, 1).contiguous(),
+                                       digital.JPEG_QUALITY[severity - 1])
+        np.testing.assert_array_equal(ours, theirs_pil.permute(1, 2, 0).numpy())
+
+
+def test_hysteresis_dilation_is_a_3x3_max_filter_with_zero_outside():
+    m = torch.zeros(1, 5, 6, dtype=torch.bool)
+    m[0, 0, 0] = m[0, 3, 4] = True
+    expect = torch.tensor([[1, 1, 0, 0, 0, 0],
+                           [1, 1, 0, 0, 0, 0],
+                           [0, 0, 0, 1, 1, 1],
+                           [0, 0, 0, 1, 1, 1],
+                           [0, 0, 0, 1, 1, 1]], dtype=torch.bool)
+    assert torch.equal(weather._dilate3(m)[0], expect)
+
+
+def test_chamfer_distance_of_a_single_edge_pixel_is_the_5x5_mask_metric():
+    edges = torch.zeros(1, 9, 9, dtype=torch.bool)
+    edges[0, 4, 4] = True
+    d = weather.distance_to_edges(edges)[0]
+    # (dy, dx) -> OpenCV's DIST_L2 / 5x5 chamfer: axial 1, diagonal 1.4, knight 2.1969
+    for (dy, dx), want in {(0, 1): 1.0, (1, 1): 1.4, (1, 2): 2.1969, (0, 2): 2.0, (2, 2): 2.8,
+                           (0, 4): 4.0, (2, 4): 2 * 2.1969, (3, 4): 2.1969 + 2 * 1.4}.items():
+        assert d[4 + dy, 4 + dx].item() == pytest.approx(want, abs=1e-5), (dy, dx)
