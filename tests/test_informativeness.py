@@ -306,3 +306,17 @@ def test_report_shows_the_informativeness_section_only_with_two_groups(tmp_path)
     alone = tb.select(model_types=["STANDARD", "ROBUST_INTV"])
     html = write_html_report([alone], tmp_path / "b", shifts=shifts, n_resamples=10, figure_formats=()).read_text()
     assert "Metric informativeness" not in html
+
+
+def test_report_section_says_so_when_no_setting_has_enough_models(tmp_path):
+    from shiftbench.report import write_html_report
+    from shiftbench.report.shifts import ShiftPair
+
+    tb = tiny_testbed()
+    frame = tb.to_frame()
+    more = frame["model_type"] == "MORE_DATA"
+    for s in ("sep", "same", "partial"):
+        frame.loc[more[more].index[:4], s] = np.nan                      # 8 MORE_DATA models left per setting
+    html = write_html_report([tbmod.Testbed.from_frame(frame, name="tiny")], tmp_path,
+                             shifts=[ShiftPair("Same", "val", "same")], n_resamples=10, figure_formats=()).read_text()
+    assert "Metric informativeness" in html and "nothing to rank" in html

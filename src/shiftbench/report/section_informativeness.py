@@ -36,8 +36,13 @@ class InformativenessSection(Section):
         assert x is not None
         ranking = informativeness_ranking(t, x=x, n_resamples=self.n_resamples, min_models=self.min_models,
                                           seed=ctx.seed)
-        best = top_informative(ranking, self.top)
+        anchor = ctx.anchor(tb.anchor, self.key)
         a = ranking.attrs
+        if ranking.empty:
+            note = (f'<p class="sb-note">No setting has {a["min_models"]} models of {esc(", ".join(a["groups"]))} and '
+                    f"of STANDARD evaluated on it and on <code>{esc(x)}</code>; nothing to rank.</p>")
+            return [Rendered(self.title, anchor, section_html(anchor, self.title, note))]
+        best = top_informative(ranking, self.top)
         parts = [f"<p>Does a setting's accuracy help tell a group of models from the STANDARD ones beyond "
                  f"<code>{esc(x)}</code> accuracy (Djolonga et al. 2021)? Per group, a logistic regression on the "
                  f"standardised logit accuracies predicts membership from <code>{esc(x)}</code> alone and from "
@@ -56,5 +61,4 @@ class InformativenessSection(Section):
                                          "+ setting %": ".1f", "n_group": "d", "n_baseline": "d"}))
         parts.append(ctx.table(ranking, tb.dir / "informativeness",
                                f"Informativeness of every setting beyond {x} accuracy on {t.name}", "Full ranking"))
-        anchor = ctx.anchor(tb.anchor, self.key)
         return [Rendered(self.title, anchor, section_html(anchor, self.title, "".join(parts)))]
