@@ -229,8 +229,10 @@ def test_pairs_with_too_few_models_are_skipped_and_listed():
     assert set(ranking["setting"]) == {"sep", "same"}
 
 
-def test_groups_default_to_types_with_enough_models():
+def test_groups_default_to_typed_groups_with_enough_models():
     assert informativeness_groups(tiny_testbed(), "val") == ["MORE_DATA"]
+    untyped = tiny_testbed().with_metadata(model_type={f"m{i}": "UNKNOWN" for i in range(12, 24)})
+    assert informativeness_groups(untyped, "val") == []
     assert informativeness_groups(tiny_testbed(), "val", min_models=13) == []
 
 

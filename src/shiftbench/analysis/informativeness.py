@@ -51,7 +51,7 @@ from scipy import special
 
 from shiftbench.analysis.scaling import check_scale, transform
 from shiftbench.errors import ConfigError, DataError, did_you_mean
-from shiftbench.testbed import Testbed
+from shiftbench.testbed import UNKNOWN_TYPE, Testbed
 
 DEFAULT_RESAMPLES = 100
 DEFAULT_FOLDS = 5
@@ -305,13 +305,14 @@ def metric_informativeness(
 
 def informativeness_groups(testbed: Testbed, x: str = "val", *, baseline: str = "STANDARD",
                            min_models: int = DEFAULT_MIN_MODELS) -> list[str]:
-    """Model types of ``testbed`` (other than ``baseline``) with at least ``min_models`` models
-    evaluated on ``x``, largest first; empty when the baseline itself has fewer."""
+    """Model types of ``testbed`` (other than ``baseline`` and ``UNKNOWN``, which is no group) with
+    at least ``min_models`` models evaluated on ``x``, largest first; empty when the baseline
+    itself has fewer."""
     testbed.check_setting(x)
     types = testbed.model_types[testbed.accuracies[x].notna()].value_counts()
     if types.get(baseline, 0) < min_models:
         return []
-    return [str(t) for t, n in types.items() if t != baseline and n >= min_models]
+    return [str(t) for t, n in types.items() if t not in (baseline, UNKNOWN_TYPE) and n >= min_models]
 
 
 def informativeness_ranking(
