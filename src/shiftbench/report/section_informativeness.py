@@ -56,7 +56,7 @@ class InformativenessSection(Section):
         parts.append(ctx.static_figure(plot_informativeness(best, title=title), tb.dir / "informativeness"))
         shown = best[["group", "rank", "setting", "gain_mean", "gain_sd", "score_id", "score_metric", "n_group",
                       "n_baseline"]].rename(columns={"gain_mean": "gain", "gain_sd": "s.d.",
-                                                     "score_id": f"{x} only %", "score_metric": f"+ setting %"})
+                                                     "score_id": f"{x} only %", "score_metric": "+ setting %"})
         parts.append(small_table(shown, {"rank": "d", "gain": "+.1f", "s.d.": ".1f", f"{x} only %": ".1f",
                                          "+ setting %": ".1f", "n_group": "d", "n_baseline": "d"}))
         parts.append(ctx.table(ranking, tb.dir / "informativeness",
