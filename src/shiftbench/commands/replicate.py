@@ -45,19 +45,25 @@ def register(app: typer.Typer) -> None:
                                               "error (the paper) or upward (fill from the next higher bin).")]
         = "error",
         seed: Annotated[int, typer.Option("--seed", help="Seed; each class is drawn from (seed, class).")] = 0,
+        label_space: Annotated[Optional[str], typer.Option(
+            "--label-space", help="Declare the manifest's label space (imagenet-1k, cifar10, or a .txt file with one "
+            "class name per line) in a sidecar <output>.classes.json, so labels (indices, wnids or names) keep its "
+            "indices and a model with all its outputs evaluates the manifest.")] = None,
         per_class: Annotated[bool, typer.Option("--per-class", help=f"Show every class (default: at most "
                                                 f"{MAX_ROWS}).")] = False,
         as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON only.")] = False,
     ) -> None:
         """Sample a new test set per class (MatchedFrequency, Threshold tau, TopImages) and write its manifest."""
         from shiftbench.cli import Table, out
+        from shiftbench.datasets.manifest import read_classes_file, sidecar_of
         from shiftbench.datasets.replication import replicate
 
         rep = replicate(candidates, reference, strategy, images_per_class=images_per_class, threshold=threshold,
                         bins=_bins(bins), seed=seed, fallback=fallback)
-        path = rep.write(output)
+        path = rep.write(output, label_space=label_space)
+        sidecar = sidecar_of(path)
         if as_json:
-            print(json.dumps({"manifest": str(path), **rep.to_dict()}))
+            print(json.dumps({"manifest": str(path), "label_space_sidecar": sidecar and str(sidecar), **rep.to_dict()}))
             return
         has_ref = rep.reference_mean_selection_frequency is not None
         headers = ["class", "candidates", "images", "mean sel. freq."]
@@ -79,4 +85,6 @@ def register(app: typer.Typer) -> None:
             line += (f" (reference {rep.reference_mean_selection_frequency:.3f}, "
                      f"{rep.mean_selection_frequency - rep.reference_mean_selection_frequency:+.3f})")
         out.print(line)
+        if sidecar is not None:
+            out.print(f"label space: {read_classes_file(sidecar).describe()} (sidecar {sidecar})")
         out.print(f"manifest: {path} (evaluate with --setting manifest:{path})")

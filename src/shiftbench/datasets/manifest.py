@@ -66,7 +66,7 @@ class LabelSpace:
     name: str | None
     classes: tuple[str, ...]
     wnids: tuple[str, ...] | None = None
-    source: str = "classes="
+    source: str = "the classes= list"
 
     @cached_property
     def _exact(self) -> dict[str, tuple[int, ...]]:
@@ -183,7 +183,7 @@ def label_space_of(classes: Classes | LabelSpace) -> LabelSpace:
         return read_classes_file(classes)
     if isinstance(classes, str):
         return known_label_space(classes)
-    return _names(list(classes) if not isinstance(classes, Sequence) else classes, "classes=")
+    return _names(list(classes) if not isinstance(classes, Sequence) else classes, "the classes= list")
 
 
 def sidecar_of(path: Path | str) -> Path | None:

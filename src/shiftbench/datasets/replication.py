@@ -312,15 +312,30 @@ class Replication:
     mean_selection_frequency: float = float("nan")
     reference_mean_selection_frequency: float | None = None
 
-    def write(self, path: Path | str) -> Path:
+    def write(self, path: Path | str, label_space: Any = None) -> Path:
         """Write the manifest (``.csv`` or ``.parquet``: ``path,label,selection_frequency``) with
         paths relative to its folder, which :func:`shiftbench.datasets.manifest` (and the
         ``manifest:<file>`` setting) reads. Every image must lie inside that folder -- the
-        engine reads a manifest's images only from there -- else a :class:`DataError`."""
+        engine reads a manifest's images only from there -- else a :class:`DataError`.
+
+        ``label_space`` (``"imagenet-1k"``, ``"cifar10"``, a list of class names or a
+        ``.txt``/``.json`` file of them) also writes the sidecar ``<path>.classes.json``, so the
+        manifest keeps that space's indices and size: a replication of some ImageNet classes,
+        labelled by index, wnid or name, evaluates a 1000-output model. Every label must be a
+        class of it (checked before anything is written), else a :class:`DataError` naming the
+        label and the closest classes. Labels are written as given."""
+        from shiftbench.datasets.manifest import label_space_of, write_label_space
+
         path = Path(path)
         suffix = path.suffix.lower()
         if suffix not in (".csv", ".parquet", ".pq"):
             raise ConfigError(f"manifest {path}: unknown format {suffix!r}; use .csv or .parquet")
+        space = label_space_of(label_space) if label_space is not None else None
+        for lab in dict.fromkeys(self.manifest["label"].tolist()) if space is not None else ():
+            try:
+                space.index(lab)
+            except DataError as exc:
+                raise DataError(f"manifest {path}: {exc}") from None
         folder = os.path.abspath(path.parent)
         rel = []
         for p in self.manifest["path"]:
@@ -336,6 +351,8 @@ class Replication:
             frame.to_csv(tmp, index=False)
         else:
             frame.to_parquet(tmp, index=False)
+        if space is not None:
+            write_label_space(path, space)
         os.replace(tmp, path)
         return path
 
