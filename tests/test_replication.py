@@ -319,3 +319,60 @@ def test_bad_reference_rows_name_the_reference_file(tmp_path):
     (tmp_path / "val.csv").write_text("label,selection_frequency\n0,0.5\n,0.5\n")
     with pytest.raises(DataError, match=r"val.csv: column 'label' at line 3 is empty"):
         replicate(cand, tmp_path / "val.csv")
+
+
+# --------------------------------------------------------------------------- label space
+@pytest.fixture
+def imagenet_candidates(tmp_path: Path) -> Path:
+    """3 ImageNet classes labelled by wnid, 3 images each: f = 0.9 and 0.8 show the class, 0.1 the class before
+    it (which the oracle ranks second: wrong at top-1, right at top-5)."""
+    rows = []
+    for wnid, c in (("n01440764", 0), ("n01443537", 1), ("n02782093", 417)):
+        for i, (f, shown) in enumerate([(0.9, c), (0.8, c), (0.1, (c - 1) % 1000)]):
+            p = f"images/{wnid}/{i}.png"
+            (tmp_path / p).parent.mkdir(parents=True, exist_ok=True)
+            Image.new("RGB", (16, 16), colour_of(shown)).save(tmp_path / p)
+            rows.append((p, wnid, f))
+    path = tmp_path / "candidates.csv"
+    pd.DataFrame(rows, columns=["path", "label", "selection_frequency"]).to_csv(path, index=False)
+    return path
+
+
+def test_write_with_label_space_evaluates_a_1000_output_model(imagenet_candidates, tmp_path, monkeypatch):
+    from shiftbench.engine import evaluate
+
+    monkeypatch.syspath_prepend(str(FIXTURES))
+    rep = replicate(imagenet_candidates, strategy="threshold", threshold=0.0, images_per_class=3)
+    mf = rep.write(tmp_path / "v2.csv", label_space="imagenet-1k")
+    assert json.loads((tmp_path / "v2.csv.classes.json").read_text()) == {"label_space": "imagenet-1k"}
+    assert pd.read_csv(mf)["label"].tolist()[:3] == ["n01440764"] * 3          # labels written as given
+    ds = read_manifest(mf)
+    assert ds.num_classes == 1000 and sorted(set(ds.targets)) == [0, 1, 417]
+    res = evaluate("python:oracle_models:oracle", [f"manifest:{mf}"], store=tmp_path / "store",
+                   workers=0, batch_size=8, progress=False).iloc[0]
+    assert res["accuracy"] == pytest.approx(100 * 6 / 9) and res["top5"] == pytest.approx(100.0)
+    plain = rep.write(tmp_path / "plain.csv")                                   # no label space: as before
+    assert not (tmp_path / "plain.csv.classes.json").exists() and read_manifest(plain).num_classes == 3
+
+
+def test_write_with_a_label_space_missing_a_class_writes_nothing(imagenet_candidates, tmp_path):
+    rep = replicate(imagenet_candidates, strategy="top-images", images_per_class=1)
+    (tmp_path / "names.txt").write_text("n01443537\nn02782093\n")
+    with pytest.raises(DataError, match=r"manifest .*v2.csv: label 'n01440764' is not a class of the 2 classes of "
+                                        r".*names.txt; did you mean"):
+        rep.write(tmp_path / "v2.csv", label_space=tmp_path / "names.txt")
+    assert not (tmp_path / "v2.csv").exists() and not (tmp_path / "v2.csv.classes.json").exists()
+    with pytest.raises(ConfigError, match="unknown label space 'imagenet'; did you mean 'imagenet-1k'"):
+        rep.write(tmp_path / "v2.csv", label_space="imagenet")
+
+
+def test_cli_label_space_writes_the_sidecar_and_says_so(imagenet_candidates, tmp_path):
+    out = tmp_path / "v2.csv"
+    args = ["replicate", "--candidates", str(imagenet_candidates), "--strategy", "top-images", "-k", "2", "-o", str(out),
+            "--label-space", "imagenet-1k"]
+    result = CliRunner().invoke(cli.app, args)
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert f"label space: imagenet-1k (sidecar {out}.classes.json)" in " ".join(result.stdout.split())
+    assert read_manifest(out).num_classes == 1000
+    result = CliRunner().invoke(cli.app, [*args, "--json"])
+    assert json.loads(result.stdout)["label_space_sidecar"] == f"{out}.classes.json"
