@@ -132,7 +132,8 @@ def test_out_of_range_index_is_an_error(tmp_path):
 def test_txt_sidecar_indexes_names_by_line(tmp_path):
     mf = _tree(tmp_path)
     (tmp_path / "v2.csv.classes.txt").write_text("n01440764\ngoldfish\nshark\n\n")
-    pd.DataFrame({"path": [r[0] for r in ROWS], "label": ["n01440764", "goldfish", "2", "Shark"]}).to_csv(mf, index=False)
+    labels = ["n01440764", "goldfish", "2", "Shark"]
+    pd.DataFrame({"path": [r[0] for r in ROWS], "label": labels}).to_csv(mf, index=False)
     ds = read_manifest(mf)
     assert ds.targets == [0, 1, 2, 2] and ds.num_classes == 3 and ds.class_names == ["n01440764", "goldfish", "shark"]
     assert ds.label_space == "custom:v2"
@@ -162,7 +163,8 @@ def test_old_label_space_and_class_names_arguments_still_work(tmp_path):
 @pytest.mark.parametrize(("name", "text", "needle"), [
     ("v2.csv.classes.txt", "a\n\nb\n", "line 2 is blank"),
     ("v2.csv.classes.txt", "a\nb\na\n", "class 'a' appears twice (indices 0 and 2)"),
-    ("v2.csv.classes.json", '{"label_space": "imagenet1k"}', "unknown label space 'imagenet1k'; did you mean 'imagenet-1k'?"),
+    ("v2.csv.classes.json", '{"label_space": "imagenet1k"}',
+     "unknown label space 'imagenet1k'; did you mean 'imagenet-1k'?"),
     ("v2.csv.classes.json", '{"classes": "abc"}', "classes must be a non-empty list of class names"),
     ("v2.csv.classes.json", '{"classes": ["a"], "label_space": "cifar10"}', 'expected {"classes"'),
     ("v2.csv.classes.json", "[1,", "invalid JSON"),

@@ -368,8 +368,8 @@ def test_write_with_a_label_space_missing_a_class_writes_nothing(imagenet_candid
 
 def test_cli_label_space_writes_the_sidecar_and_says_so(imagenet_candidates, tmp_path):
     out = tmp_path / "v2.csv"
-    args = ["replicate", "--candidates", str(imagenet_candidates), "--strategy", "top-images", "-k", "2", "-o", str(out),
-            "--label-space", "imagenet-1k"]
+    args = ["replicate", "--candidates", str(imagenet_candidates), "--strategy", "top-images", "-k", "2",
+            "-o", str(out), "--label-space", "imagenet-1k"]
     result = CliRunner().invoke(cli.app, args)
     assert result.exit_code == 0, (result.output, result.exception)
     assert f"label space: imagenet-1k (sidecar {out}.classes.json)" in " ".join(result.stdout.split())

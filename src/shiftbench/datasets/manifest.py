@@ -348,6 +348,6 @@ def _labels(col: pd.Series, where: str, row_word: str, first_row: int,
 
 
 @register_dataset("manifest", default_dir=None, label_space="custom:<name>",
-                  layout="<file.csv|parquet> with columns path,label[,group]")
+                  layout="<file.csv|parquet> with columns path,label[,group] [+ <file>.classes.txt|json]")
 def _manifest_entry(path: Path | str, **kwargs) -> FileDataset:
     return manifest(path, **kwargs)
