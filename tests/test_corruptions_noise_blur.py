@@ -413,3 +413,30 @@ def test_random_blurs_change_the_image_as_much_as_the_reference(name, photos224)
         a, b = torch.stack(ours).mean(0), torch.stack(theirs).mean(0)
         tolerance = 0.03 if name == "glass_blur" else 0.25   # motion: the angle changes a lot per draw
         assert torch.allclose(a, b, rtol=tolerance), (name, severity, a, b)
+
+
+# ---------------------------------------------------------------- speed paths stay exact
+
+def test_batched_gaussian_and_speckle_noise_are_their_from_noise_functions_on_the_same_normals():
+    from shiftbench.shifts.corruptions._common import generators
+
+    x = to_tensor(photos_u8(40))
+    for severity in (1, 5):
+        z = torch.stack([torch.randn(x[0].shape, generator=g) for g in generators(x, [4, 9, 2], 1, "id")])
+        for batched, from_noise in ((noise.gaussian_noise, noise.gaussian_noise_from_noise),
+                                    (noise.speckle_noise, noise.speckle_noise_from_noise)):
+            got = batched(x, severity, generators(x, [4, 9, 2], 1, "id"))
+            assert torch.equal(got, from_noise(x, severity, z)), (batched.__name__, severity)
+
+
+@pytest.mark.parametrize("chunk", [1, 2, None, 5])
+def test_map_images_gives_the_whole_batch_result_for_any_piece_size(chunk):
+    from shiftbench.shifts.corruptions._common import map_images
+
+    x = torch.arange(5 * 3 * 4 * 4, dtype=torch.float32).view(5, 3, 4, 4)
+    scale = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0])
+
+    def fn(xs, s):                       # per image: x * s_i + its own mean
+        return xs * s.view(-1, 1, 1, 1) + xs.mean((1, 2, 3), keepdim=True)
+
+    torch.testing.assert_close(map_images(fn, x, scale, chunk=chunk), fn(x, scale), rtol=0, atol=0)

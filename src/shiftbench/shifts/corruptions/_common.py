@@ -64,7 +64,7 @@ def to_uint8(x: Any) -> Any:
     """[0, 1] floats -> uint8 by rounding (the reference receives uint8 images)."""
     import torch
 
-    return torch.round(x.clamp(0, 1) * 255).to(torch.uint8)
+    return x.mul(255).round_().clamp_(0, 255).to(torch.uint8)   # = round(clip(x, 0, 1) * 255)
 
 
 def generators(x: Any, indices: Any, seed: int, shift_id: str) -> list[Any]:
@@ -255,15 +255,19 @@ def _openmp() -> bool:
     return "parallel backend: OpenMP" in torch.__config__.parallel_info()
 
 
-def map_images(fn: Any, x: Any, *per_image: Sequence[Any], chunk: int = 1) -> Any:
+def map_images(fn: Any, x: Any, *per_image: Sequence[Any], chunk: int | None = 1) -> Any:
     """``fn(x[s:e], *(a[s:e] for a in per_image))`` over pieces of ``chunk`` images, written into
     one output batch shaped and typed like ``x``; on CPU the pieces run in parallel threads with
     torch single-threaded inside (:func:`for_each_image`: no per-op thread barriers, whose cost
-    dominates small ops on a busy machine). ``fn`` must treat its images independently (every
-    shift here does), so the split cannot change results. On an accelerator: one call."""
+    dominates small ops on a busy machine). ``chunk=None``: one piece per thread (for pipelines of
+    many small ops, whose per-op overhead a larger piece amortises). ``fn`` must treat its images
+    independently (every shift here does), so the split cannot change results. On an
+    accelerator: one call."""
     import torch
 
     n = x.shape[0]
+    if chunk is None:
+        chunk = -(-n // max(1, torch.get_num_threads()))
     if n <= chunk or torch.device(x.device).type != "cpu":
         return fn(x, *per_image)
     out = torch.empty_like(x, memory_format=torch.contiguous_format)

@@ -92,9 +92,12 @@ def _with_normals(x: Any, gens: Sequence[Any], finish: Any) -> Any:
 
 
 def gaussian_noise(x: Any, severity: int, gens: Sequence[Any]) -> Any:
-    """ImageNet-C gaussian_noise; image ``i`` draws ``(C, H, W)`` normals from ``gens[i]``."""
+    """ImageNet-C gaussian_noise; image ``i`` draws ``(C, H, W)`` normals from ``gens[i]`` (finished
+    in place with the arithmetic of :func:`gaussian_noise_from_noise`)."""
+    import torch
+
     c = param(GAUSSIAN_NOISE, "gaussian_noise", severity)
-    return _with_normals(x, gens, lambda z, xi: z.mul_(c).add_(xi).clamp_(0.0, 1.0))
+    return _with_normals(x, gens, lambda z, xi: torch.add(xi, z, alpha=c, out=z).clamp_(0.0, 1.0))
 
 
 def speckle_noise_from_noise(x: Any, severity: int, z: Any) -> Any:
@@ -107,8 +110,10 @@ def speckle_noise_from_noise(x: Any, severity: int, z: Any) -> Any:
 
 def speckle_noise(x: Any, severity: int, gens: Sequence[Any]) -> Any:
     """ImageNet-C speckle_noise (extra corruption); image ``i`` draws normals from ``gens[i]``."""
+    import torch
+
     c = param(SPECKLE_NOISE, "speckle_noise", severity)
-    return _with_normals(x, gens, lambda z, xi: z.mul_(xi).mul_(c).add_(xi).clamp_(0.0, 1.0))
+    return _with_normals(x, gens, lambda z, xi: torch.addcmul(xi, xi, z, value=c, out=z).clamp_(0.0, 1.0))
 
 
 # ---------------------------------------------------------------- impulse
