@@ -76,7 +76,7 @@ def _with_normals(x: Any, gens: Sequence[Any], finish: Any) -> Any:
     output (one pass fewer than drawing, then combining)."""
     import torch
 
-    out = torch.empty_like(x)
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)   # normals in (C, H, W) order
     direct = x.device.type == "cpu" and x.dtype == torch.float32
 
     def one(i: int) -> None:
