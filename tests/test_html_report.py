@@ -57,7 +57,8 @@ def test_index_html_is_one_self_contained_file(report):
     assert not re.search(r"""\b(src|href)\s*=\s*["']?(https?:)?//""", tags, re.I)
     # plotly.js inlined exactly once; every figure is drawn with it
     assert doc.count("* plotly.js v") == 1
-    assert doc.count("Plotly.newPlot(") == 6
+    # one plotly call per figure div: 6 natural-shift/overview figures plus the trend diagnostics
+    assert doc.count("Plotly.newPlot(") == doc.count('<div class="sb-plot">') == 7
 
 
 def test_content_security_policy_allows_exactly_the_inline_scripts(report):
@@ -174,7 +175,8 @@ def test_reference_testbed_report_is_under_15_mb(name, tmp_path):
     doc = path.read_text()
     fitted = 9 if name == "imagenet-reference" else 4
     extra = 2 if name == "imagenet-reference" else 0           # synthetic scatter + per-corruption bars
-    assert doc.count("Plotly.newPlot(") == fitted + extra
+    diagnostics = 2                                                # r2 heatmap + metric informativeness
+    assert doc.count("Plotly.newPlot(") == doc.count('<div class="sb-plot">') == fitted + extra + diagnostics
     assert doc.count('class="sb-reason"') == 0
 
 

@@ -197,3 +197,21 @@ def test_label_space_of_reads_names_files_and_lists(tmp_path):
     assert read_classes_file(tmp_path / "c.txt").describe() == f"the 2 classes of {tmp_path / 'c.txt'}"
     with pytest.raises(ConfigError, match="unknown label space 'imagenet'; did you mean 'imagenet-1k'"):
         label_space_of("imagenet")
+
+
+
+def test_relabelled_manifest_is_rescored_not_served_from_the_store(tmp_path):
+    """Changing only the labels of a manifest (same image paths) changes the result key."""
+    from shiftbench.engine import evaluate
+
+    (tmp_path / "imgs").mkdir()
+    for i in range(4):
+        Image.new("RGB", (16, 16), colour_of(i)).save(tmp_path / "imgs" / f"{i}.png")
+    mf = tmp_path / "m.csv"
+    (tmp_path / "m.csv.classes.json").write_text(json.dumps({"label_space": "imagenet-1k"}))
+    run = lambda: evaluate("python:oracle_models:oracle", [f"manifest:{mf}"], store=tmp_path / "store",
+                           progress=False)["accuracy"].iloc[0]
+    mf.write_text("path,label\n" + "".join(f"imgs/{i}.png,{i}\n" for i in range(4)))
+    assert run() == 100.0
+    mf.write_text("path,label\n" + "".join(f"imgs/{i}.png,0\n" for i in range(4)))
+    assert run() == 25.0

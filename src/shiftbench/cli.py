@@ -117,8 +117,8 @@ def list_settings(testbed: OptTestbedOpt = None,
             typer.echo("\n".join(settings))
             return
         table = Table("setting", "description", title=f"{len(settings)} evaluation settings, plus folder:<dir>, "
-                      "manifest:<file>, hf:<dir>, <video>_pm<k> and <setting>+<shift>[.<severity>] "
-                      "(shiftbench list shifts)")
+                      "manifest:<file>, hf:<dir>, composite:<spec.json>, <video>_pm<k>, <setting>+<shift>[.<severity>] "
+                      "(shiftbench list shifts) and <setting>@classmap:<name|file>")
         for name, desc in settings.items():
             table.add_row(name, desc)
         out.print(table)

@@ -173,13 +173,16 @@ class Pass:
             "shift": None if shift is None else shift.id, "seed": None if shift is None or not shift.random else seed,
             "chunk_size": chunk_size, "version": VERSION_KEY})
         self.jobs: list[_Job] = []
+        # labels are part of a result's key (not of the pass: kept logits do not depend on them), so
+        # relabelling a manifest or changing its label space recomputes the scores, never reuses stale ones
+        targets = digest([t if np.isscalar(t) else list(t) for t in dataset.targets])
         for s in settings:
             conv = convention if s.uses_convention else "full"
             view = s.view(convention)
             if hasattr(view, "bind"):  # a class map (@classmap:) resolves names against the model and dataset
                 view = view.bind(model, dataset)
             key = digest({"pass": self.pass_key, "setting": s.name, "view": getattr(view, "name", ""),
-                          "convention": conv, "pm_k": s.pm_k})
+                          "convention": conv, "pm_k": s.pm_k, "targets": targets})
             store.register(key, {"model": model.name, "spec": model.spec, "weights": model.fingerprint,
                                  "setting": s.name, "dataset": dataset.name, "convention": conv,
                                  "shift": None if shift is None else shift.id, "seed": seed,
