@@ -502,7 +502,8 @@ def test_registry_has_every_named_dataset_and_custom_sources(tmp_path):
     names = {"imagenet-val", "imagenetv2-matched-frequency", "imagenetv2-threshold0.7", "imagenetv2-top-images",
              "imagenet-a", "imagenet-r", "imagenet-sketch", "objectnet", "imagenet-vid-robust", "ytbb-robust",
              "cifar10", "cifar10.1", "cifar10.2", "imagenet-c", "folder", "manifest", "hf"}
-    assert set(sd.DATASETS) == names
+    # other tests may have registered more (the digits testbed, composite datasets): these are built in
+    assert names <= set(sd.DATASETS)
     assert all(sd.list_datasets()[n] for n in names)
     L.write_image(tmp_path / "imgs" / "k" / "x.png", fmt="PNG")
     assert sd.load_dataset("folder", tmp_path, path="imgs").ids == ["k/x.png"]
