@@ -11,7 +11,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("module", ["shiftbench", "shiftbench.testbed", "shiftbench.analysis.trend"])
+@pytest.mark.parametrize("module", ["shiftbench", "shiftbench.testbed", "shiftbench.analysis.trend",
+                                    "shiftbench.analysis.similarity", "shiftbench.analysis.informativeness",
+                                    "shiftbench.analysis.diagnostics", "shiftbench.analysis.trajectory",
+                                    "shiftbench.views.classmap"])
 def test_docstring_examples_run(module):
     result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0
@@ -39,3 +42,13 @@ def test_readme_cli_json_example_matches_the_api():
     row = best.iloc[0]
     assert f'"model": "{best.index[0]}"' in text
     assert f'"effective_robustness": {row.effective_robustness:.2f}' in text
+
+
+def test_every_lazily_exported_name_resolves_without_importing_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys, shiftbench as sb; [getattr(sb, n) for n in sb.__all__]; "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

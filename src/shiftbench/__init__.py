@@ -19,16 +19,30 @@ from shiftbench.testbed import Testbed
 __version__ = "0.1.0"
 
 
+#: Public names imported on first use (torch, pyarrow or scikit-learn stay unloaded until needed).
+_LAZY = {
+    "evaluate": "shiftbench.engine", "load_model": "shiftbench.models",
+    "Trajectory": "shiftbench.engine.trajectory",
+    "trajectory_effective_robustness": "shiftbench.analysis.trajectory",
+    "correctness_matrix": "shiftbench.analysis.similarity", "CorrectnessMatrix": "shiftbench.analysis.similarity",
+    "model_similarity": "shiftbench.analysis.similarity", "dominance_probability": "shiftbench.analysis.similarity",
+    "error_consistency": "shiftbench.analysis.similarity", "unsolved_examples": "shiftbench.analysis.similarity",
+    "metric_informativeness": "shiftbench.analysis.informativeness",
+    "informativeness_ranking": "shiftbench.analysis.informativeness",
+    "trend_diagnostics": "shiftbench.analysis.diagnostics",
+    "replicate": "shiftbench.datasets.replication", "Replication": "shiftbench.datasets.replication",
+    "attribute_splits": "shiftbench.datasets.attributes", "AttributeSplits": "shiftbench.datasets.attributes",
+    "ClassMapView": "shiftbench.views.classmap",
+    "resolution_sweep": "shiftbench.shifts.resolution", "compositing_study": "shiftbench.shifts.compositing",
+}
+
+
 def __getattr__(name: str):
-    """``shiftbench.evaluate`` / ``shiftbench.load_model`` import torch only when first used."""
-    if name == "evaluate":
-        from shiftbench.engine import evaluate
+    """Names in ``_LAZY`` (``evaluate``, ``Trajectory``, ...) are imported when first used."""
+    if name in _LAZY:
+        import importlib
 
-        return evaluate
-    if name == "load_model":
-        from shiftbench.models import load_model
-
-        return load_model
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'shiftbench' has no attribute {name!r}")
 
 __all__ = [
@@ -37,5 +51,5 @@ __all__ = [
     "clopper_pearson", "accuracy_interval",
     "effective_robustness", "relative_robustness", "most_effectively_robust",
     "robustness_correlation", "Correlation",
-    "ShiftbenchError", "ConfigError", "DataError", "ModelError", "StoreError", "evaluate", "load_model",
+    "ShiftbenchError", "ConfigError", "DataError", "ModelError", "StoreError", *_LAZY,
 ]
