@@ -14,6 +14,7 @@ import pandas as pd
 
 from shiftbench.analysis.similarity import (
     STANDARD, correctness_matrix, model_similarity, similarity_settings, unsolved_examples)
+from shiftbench.analysis.trajectory import is_checkpoint
 from shiftbench.errors import ShiftbenchError
 from shiftbench.report.sections import (
     Rendered, ReportContext, Section, TestbedReport, esc, register_section, section_html, slug, small_table)
@@ -48,12 +49,25 @@ class SimilaritySection(Section):
     key, title, scope = "similarity", "Model similarity (results store)", "report"
 
     def _settings(self, ctx: ReportContext) -> pd.Series:
+        """Settings with at least two models that are not fine-tuning checkpoints (``<name>@step<k>``:
+        those belong to the trajectory section and would crowd the matrices)."""
         if ctx.store is None:
             return pd.Series(dtype=int)
         try:
-            return similarity_settings(ctx.store, min_models=2)
+            settings = similarity_settings(ctx.store, min_models=2)
+            res = ctx.store.results()
         except ShiftbenchError:
             return pd.Series(dtype=int)
+        res = res[~res["model"].astype(str).map(is_checkpoint)]
+        counts = res.groupby("setting")["model"].nunique()
+        keep = [s for s in settings.index if counts.get(s, 0) >= 2]
+        return counts.reindex(keep).rename("n_models").astype(int)
+
+    @staticmethod
+    def _models(ctx: ReportContext, setting: str) -> list[str]:
+        res = ctx.store.results()
+        names = res.loc[res["setting"] == setting, "model"].astype(str).unique()
+        return sorted(m for m in names if not is_checkpoint(m))
 
     def available(self, ctx: ReportContext, tb: TestbedReport | None) -> bool:
         return len(self._settings(ctx)) > 0
@@ -81,7 +95,7 @@ class SimilaritySection(Section):
         title = f"Similarity on {setting}"
         anchor = ctx.anchor(self.key, setting)
         try:
-            matrix = correctness_matrix(ctx.store, setting)
+            matrix = correctness_matrix(ctx.store, setting, models=self._models(ctx, setting))
         except ShiftbenchError as exc:
             return section_html(anchor, title, f'<p class="sb-reason">Not computed: {esc(exc)}.</p>')
         sim = model_similarity(matrix)
