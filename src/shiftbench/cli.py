@@ -428,7 +428,31 @@ def _offline_testbeds(output: Path, *, workspace: Path, data_dir: Path, models: 
     typer.echo("digits stage times: " + ", ".join(f"{k} {v:.1f} s" for k, v in res["times"].items()))
     with open(output / "summary.md", "a") as fh:
         fh.write("\n## The digits testbed\n\nTrained and evaluated on this machine: [digits.md](digits.md).\n")
+    _digits_studies(output, workspace=workspace, data_dir=data_dir, testbed=res["testbed"])
     return [(res["testbed"], res["shifts"])]
+
+
+def _digits_studies(output: Path, *, workspace: Path, data_dir: Path, testbed) -> None:
+    """The studies beyond the end point on the digits data, stored in the digits store so the
+    report shows them: fine-tuning trajectories (pretrained vs scratch) and attribute-controlled
+    shifts (stroke thickness, slant). Both resume from their caches."""
+    from shiftbench.demo.attributes import run_attribute_demo
+    from shiftbench.demo.finetune import run_finetune_demo
+    from shiftbench.store import Store
+
+    start = time.perf_counter()
+    traj = run_finetune_demo(data_dir, workspace, testbed=testbed, console=err)
+    last = traj.sort_values("step").groupby("trajectory").tail(1)
+    typer.echo(f"fine-tuning trajectories ({time.perf_counter() - start:.1f} s): " + "; ".join(
+        f"{r.trajectory} final ER {r.effective_robustness:+.2f} pp at {r.x_acc:.1f}% mnist-test"
+        for r in last.itertuples()))
+    start = time.perf_counter()
+    attrs = run_attribute_demo(data_dir, workspace.parent / "attributes")
+    Store(workspace / "store").write_study("attributes", "digits", attrs, meta={"source": "run_attribute_demo"})
+    typer.echo(f"attribute-controlled shifts ({time.perf_counter() - start:.1f} s): " + ", ".join(
+        f"{r.split} {r.accuracy:.1f}%" for r in attrs.itertuples()))
+    with open(output / "summary.md", "a") as fh:
+        fh.write("\nFine-tuning trajectories and attribute-controlled shifts of the digits testbed: see index.html.\n")
 
 
 # ---------------------------------------------------------------------------- demo
@@ -470,7 +494,8 @@ def demo_cmd(output: Annotated[Path, typer.Option("--output", "-o", help="Report
                                  corruptions=corruptions, n_resamples=n_resamples) if digits else [])
     start = time.perf_counter()
     shifts = {tb.name: NATURAL_SHIFTS for tb in testbeds} | {tb.name: list(s) for tb, s in offline}
-    index = _html_report(testbeds + [tb for tb, _ in offline], output, store=None, n_resamples=n_resamples,
+    store = workspace / "store" if digits else None     # its calibration, similarity, trajectories, attributes
+    index = _html_report(testbeds + [tb for tb, _ in offline], output, store=store, n_resamples=n_resamples,
                          shifts=shifts)
     typer.echo(f"html report ({time.perf_counter() - start:.1f} s): {index.resolve()}")
 

@@ -58,7 +58,9 @@ class SimilaritySection(Section):
             res = ctx.store.results()
         except ShiftbenchError:
             return pd.Series(dtype=int)
-        res = res[~res["model"].astype(str).map(is_checkpoint)]
+        if res.empty:
+            return pd.Series(dtype=int)
+        res = res.loc[~res["model"].astype(str).map(is_checkpoint).astype(bool)]
         counts = res.groupby("setting")["model"].nunique()
         keep = [s for s in settings.index if counts.get(s, 0) >= 2]
         return counts.reindex(keep).rename("n_models").astype(int)
