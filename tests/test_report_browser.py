@@ -109,9 +109,10 @@ def test_every_plot_renders(loaded: Page):
     counts = loaded.page.evaluate("""() => {
         const divs = [...document.querySelectorAll('.plotly-graph-div')];
         return [divs.length, divs.filter(d => d.querySelector('svg.main-svg') && d.querySelector('.cartesianlayer')).length,
-                divs.filter(d => d.querySelectorAll('.scatterlayer .point, .barlayer .point').length > 0).length]; }""")
-    # ImageNetV2, ImageNet-A, the unfitted Sketch points, synthetic scatter and bars, calibration
-    assert counts[0] == 6
+                divs.filter(d => d.querySelectorAll('.scatterlayer .point, .barlayer .point, .heatmaplayer image, .hm image')
+                    .length > 0).length]; }""")
+    # ImageNetV2, ImageNet-A, the unfitted Sketch points, synthetic scatter and bars, calibration, trend r2 heatmap
+    assert counts[0] == 7
     assert counts == [counts[0]] * 3
 
 

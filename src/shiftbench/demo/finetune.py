@@ -21,7 +21,7 @@ a killed run continues from its last finished epoch.
 
 Cost on the 2-core machine (defaults: 7,000 MNIST training digits, 5 epochs, 15,000 Fashion-MNIST
 images for 2 epochs, full test sets: 2,999 MNIST and 1,797 UCI digits per checkpoint): see
-``docs/readme/trajectories.md``.
+``docs/trajectories.md``.
 """
 from __future__ import annotations
 
