@@ -450,10 +450,13 @@ def distance_to_edges(edges: Any, cap: float = 20.0) -> Any:
 
 
 def _box3(x: Any) -> Any:
-    """Sum over the 3x3 neighbourhood with reflect-101 borders (OpenCV's default)."""
+    """Sum over the 3x3 neighbourhood with reflect-101 borders (OpenCV's default): rows, then
+    columns. Exact in any order for the inputs here (integers; float32 distances summed in
+    float64, whose 53 bits hold any sum of nine of them), so equal to the raster-order sum."""
     p = pad2d(x, 1, 1, 1, 1, "mirror")
     h, w = x.shape[-2:]
-    return sum(p[..., i:i + h, j:j + w] for i in range(3) for j in range(3))
+    r = p[..., 0:h, :] + p[..., 1:h + 1, :] + p[..., 2:h + 2, :]
+    return r[..., 0:w] + r[..., 1:w + 1] + r[..., 2:w + 2]
 
 
 def equalize_hist(img: Any) -> Any:
@@ -481,11 +484,16 @@ def _water_mask(liquid: Any) -> Any:
     edges = canny(lu8.long())
     dist = distance_to_edges(edges)                                  # + THRESH_TRUNC at 20
     dist = ((_box3(dist.double()) * (1 / 9)).float()).floor().long()  # blur (float), astype(uint8)
-    dist = equalize_hist(dist)
+    dist = equalize_hist(dist).to(torch.int32)
     emboss = ((-2, -1, 0), (-1, 1, 1), (0, 1, 2))
     p = pad2d(dist, 1, 1, 1, 1, "mirror")
     h, w = dist.shape[-2:]
-    dist = sum(emboss[i][j] * p[:, i:i + h, j:j + w] for i in range(3) for j in range(3)).clamp(0, 255)
+    acc = p[:, 1:1 + h, 1:1 + w].clone()                              # the centre tap (weight 1)
+    for i in range(3):
+        for j in range(3):
+            if emboss[i][j] and (i, j) != (1, 1):
+                acc.add_(p[:, i:i + h, j:j + w], alpha=emboss[i][j])
+    dist = acc.clamp_(0, 255)
     dist = torch.floor(_box3(dist).double() / 9 + 0.5)                # blur on uint8: rounded
     m = lu8 * dist
     peak = m.amax((1, 2), keepdim=True)
