@@ -1,11 +1,17 @@
-"""Helpers shared by the noise and blur corruptions: validation, per-image random bits, and
-separable linear filters with scipy.ndimage's boundary modes.
+"""Helpers shared by the corruptions: validation, per-image random bits, separable linear filters
+with scipy.ndimage's boundary modes, and the image-parallel runner.
 
 Randomness. Image ``i`` of a batch draws from ``image_generator(seed, "<name>.<severity>",
 indices[i])`` - a CPU generator, so the draws do not depend on batch size, batch order or the
 device (they are made on the CPU and moved to the batch's device). Uniform variates are cut from
 raw 64-bit words (:func:`random_bits`; several variates per word), which costs a fraction of
 ``torch.rand`` per variate: the noise corruptions are bound by random-number generation.
+Measured (one core, 224 px image = 150,528 values): creating and seeding a generator 3.4 us;
+``random_`` 0.41 ms per 150k 64-bit words, ``randn`` float32 0.41 ms (float64: 5x more, so
+variates are drawn in float32 and widened where the reference works in float64). A
+counter-based alternative (splitmix64 of (image seed, position) in int64 tensor ops) costs the
+same 0.42 ms, a 32-bit murmur finaliser 0.16 ms but with 32-bit state, and Box-Muller on top
+0.59 ms: no gain, so the per-image generators stay.
 
 Separable filters. A 1-D correlation with boundary handling is a linear map ``y = M x`` on one
 axis; :func:`filter_matrix` builds ``M`` (n x n) with the boundary folded into its edge
