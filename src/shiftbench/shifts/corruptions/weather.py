@@ -429,23 +429,34 @@ def distance_to_edges(edges: Any, cap: float = 20.0) -> Any:
 
     b, h, w = edges.shape
     limit = float(cap) + 1.0          # a value <= cap only depends on values < cap: cap the rest
-    d = torch.where(edges, 0.0, limit).to(torch.float32)
     (a1, _), (a2, _), (a3, _) = _CHAMFER
+    # one padded buffer (border = limit) for every sweep; its interior is the current map. The
+    # sweep's temporaries are reused in place: fewer fresh allocations (page faults) per sweep
+    dp = torch.full((b, h + 4, w + 4), limit, dtype=torch.float32, device=edges.device)
+    d = dp[:, 2:2 + h, 2:2 + w]
+    d.masked_fill_(edges, 0.0)
+    r1 = torch.empty((b, h, w + 4), dtype=torch.float32, device=edges.device)
+    r2, axial, diagonal, knight, other = torch.empty_like(r1), *(torch.empty_like(d, memory_format=torch.contiguous_format)
+                                                                for _ in range(4))
     while True:
         # min over each move set (min(a + c, b + c) == min(a, b) + c exactly), sharing the
-        # row-pair minima: rows y+-1 and y+-2 first, then their column offsets
-        dp = F.pad(d, (2, 2, 2, 2), value=limit)
-        r1 = torch.minimum(dp[:, 1:1 + h], dp[:, 3:3 + h])
-        r2 = torch.minimum(dp[:, 0:h], dp[:, 4:4 + h])
+        # row-pair minima: rows y+-1 and y+-2 first, then their column offsets; min is exact,
+        # so the grouping does not change any value
+        torch.minimum(dp[:, 1:1 + h], dp[:, 3:3 + h], out=r1)
+        torch.minimum(dp[:, 0:h], dp[:, 4:4 + h], out=r2)
         mid = dp[:, 2:2 + h]
-        axial = torch.minimum(torch.minimum(mid[..., 1:1 + w], mid[..., 3:3 + w]), r1[..., 2:2 + w])
-        diagonal = torch.minimum(r1[..., 1:1 + w], r1[..., 3:3 + w])
-        knight = torch.minimum(torch.minimum(r1[..., 0:w], r1[..., 4:4 + w]), torch.minimum(r2[..., 1:1 + w], r2[..., 3:3 + w]))
-        new = torch.minimum(torch.minimum(d, axial + a1), torch.minimum(diagonal + a2, knight + a3))
-        new = new.clamp_(max=limit)
+        torch.minimum(mid[..., 1:1 + w], mid[..., 3:3 + w], out=axial)
+        torch.minimum(axial, r1[..., 2:2 + w], out=axial).add_(a1)
+        torch.minimum(r1[..., 1:1 + w], r1[..., 3:3 + w], out=diagonal).add_(a2)
+        torch.minimum(r1[..., 0:w], r1[..., 4:4 + w], out=knight)
+        torch.minimum(r2[..., 1:1 + w], r2[..., 3:3 + w], out=other)
+        torch.minimum(knight, other, out=knight).add_(a3)
+        torch.minimum(axial, d, out=axial)
+        torch.minimum(diagonal, knight, out=diagonal)
+        new = torch.minimum(axial, diagonal, out=axial).clamp_(max=limit)
         if torch.equal(new, d):
             break
-        d = new
+        d.copy_(new)
     return d.clamp(max=cap)
 
 
