@@ -46,7 +46,8 @@ def _interactive(frame: pd.DataFrame, title: str) -> go.Figure:
                                 arrayminus=(acc - frame["ci_low"]).tolist()))
     colours = ["#4c72b0" if k == "id-test" else "#dd8452" for k in frame["kind"].astype(str)]
     fig = go.Figure(go.Bar(x=[plotly_text(s) for s in frame["split"].astype(str)], y=acc, marker_color=colours,
-                           text=[f"n={int(n)}" for n in frame["n"]], hovertemplate="%{x}: %{y:.2f}% (%{text})"
+                           text=[f"n={int(n)}" for n in frame["n"]], textposition="inside",
+                           insidetextanchor="start", hovertemplate="%{x}: %{y:.2f}% (%{text})"
                            "<extra></extra>", **err))
     fig.update_layout(title=plotly_text(title), yaxis_title="accuracy (%)", height=380, template="plotly_white")
     return fig
