@@ -181,6 +181,8 @@ def run_sweeps_demo(
     n: int = N_DIGITS,
     resolutions: Sequence[int] = RESOLUTIONS,
     n_foregrounds: int = N_FOREGROUNDS,
+    sizes: Sequence[float] = SIZES,
+    rotations: Sequence[float] = ROTATIONS,
     batch_size: int = 500,
     console: Any = None,
 ) -> dict[str, Any]:
@@ -196,8 +198,9 @@ def run_sweeps_demo(
         Zoo model names (default :data:`DEFAULT_MODELS`); each must be trained already.
     n:
         ``mnist-test`` digits per resolution.
-    resolutions, n_foregrounds:
-        Test resolutions, and digits pasted in the composite dataset (a multiple of 10).
+    resolutions, n_foregrounds, sizes, rotations:
+        Test resolutions; digits pasted in the composite dataset (a multiple of 10), object
+        sizes (ink area / canvas area) and rotations (degrees) of the composites.
 
     Returns
     -------
@@ -247,7 +250,7 @@ def run_sweeps_demo(
     times["resolution"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    spec = write_composite_spec(ws, n_foregrounds=n_foregrounds)
+    spec = write_composite_spec(ws, n_foregrounds=n_foregrounds, sizes=sizes, rotations=rotations)
     studies: dict[str, Any] = {}
     for name in names:
         study = compositing_study(load_zoo_model(name, ws), spec, **common)
