@@ -6,7 +6,6 @@ wnid, name and index) scored through ``shiftbench.evaluate`` by a 1000-logit mod
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -25,15 +24,7 @@ from shiftbench.datasets.manifest import (
 )
 from shiftbench.errors import ConfigError, DataError, ModelError
 
-FIXTURES = Path(__file__).parent / "fixtures"
-sys.path.insert(0, str(FIXTURES))
-from oracle_models import colour_of  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def _offline(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+from oracle_models import colour_of  # tests/fixtures, on sys.path via conftest.py
 
 
 #: (image file, ImageNet class the image shows, label written in the manifest)
@@ -58,7 +49,6 @@ def _tree(tmp_path: Path, rows=ROWS) -> Path:
 def test_imagenet_sidecar_scores_a_1000_logit_model_exactly(tmp_path, monkeypatch):
     from shiftbench.engine import evaluate
 
-    monkeypatch.syspath_prepend(str(FIXTURES))
     mf = _tree(tmp_path)
     (tmp_path / "v2.csv.classes.json").write_text(json.dumps({"label_space": "imagenet-1k"}))
     ds = read_manifest(mf)
@@ -75,7 +65,6 @@ def test_imagenet_sidecar_scores_a_1000_logit_model_exactly(tmp_path, monkeypatc
 def test_without_a_sidecar_names_are_sorted_and_a_1000_logit_model_is_refused(tmp_path, monkeypatch):
     from shiftbench.engine import evaluate
 
-    monkeypatch.syspath_prepend(str(FIXTURES))
     mf = _tree(tmp_path)
     ds = read_manifest(mf)
     assert ds.class_names == ["417", "goldfish", "n01440764"] and ds.targets == [2, 1, 0, 1]

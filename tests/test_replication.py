@@ -3,7 +3,6 @@ end-to-end run whose manifest the engine evaluates with the oracle model."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -28,15 +27,7 @@ from shiftbench.datasets.replication import (
 )
 from shiftbench.errors import ConfigError, DataError
 
-FIXTURES = Path(__file__).parent / "fixtures"
-sys.path.insert(0, str(FIXTURES))
-from oracle_models import colour_of  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def _offline(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+from oracle_models import colour_of  # tests/fixtures, on sys.path via conftest.py
 
 
 def pool(n_classes: int = 3, per_class: int = 20, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -267,7 +258,6 @@ def candidates(tmp_path: Path) -> Path:
 def test_replicated_manifest_evaluates_through_the_engine(candidates, tmp_path, monkeypatch):
     from shiftbench.engine import evaluate
 
-    monkeypatch.syspath_prepend(str(FIXTURES))
     ref = tmp_path / "reference.csv"
     top = replicate(candidates, ref, "top-images", images_per_class=2).write(tmp_path / "top.csv")
     mf = replicate(candidates, ref, "matched-frequency", images_per_class=2, seed=1).write(tmp_path / "mf.csv")
@@ -341,7 +331,6 @@ def imagenet_candidates(tmp_path: Path) -> Path:
 def test_write_with_label_space_evaluates_a_1000_output_model(imagenet_candidates, tmp_path, monkeypatch):
     from shiftbench.engine import evaluate
 
-    monkeypatch.syspath_prepend(str(FIXTURES))
     rep = replicate(imagenet_candidates, strategy="threshold", threshold=0.0, images_per_class=3)
     mf = rep.write(tmp_path / "v2.csv", label_space="imagenet-1k")
     assert json.loads((tmp_path / "v2.csv.classes.json").read_text()) == {"label_space": "imagenet-1k"}

@@ -434,8 +434,9 @@ def _offline_testbeds(output: Path, *, workspace: Path, data_dir: Path, models: 
 
 def _digits_studies(output: Path, *, workspace: Path, data_dir: Path, testbed) -> None:
     """The studies beyond the end point on the digits data, stored in the digits store so the
-    report shows them: fine-tuning trajectories (pretrained vs scratch) and attribute-controlled
-    shifts (stroke thickness, slant). Both resume from their caches."""
+    report shows them: fine-tuning trajectories (pretrained vs scratch), attribute-controlled
+    shifts (stroke thickness, slant), resolution sweeps and object compositing. All resume from
+    their caches."""
     from shiftbench.demo.attributes import run_attribute_demo
     from shiftbench.demo.finetune import run_finetune_demo
     from shiftbench.store import Store
@@ -451,8 +452,19 @@ def _digits_studies(output: Path, *, workspace: Path, data_dir: Path, testbed) -
     Store(workspace / "store").write_study("attributes", "digits", attrs, meta={"source": "run_attribute_demo"})
     typer.echo(f"attribute-controlled shifts ({time.perf_counter() - start:.1f} s): " + ", ".join(
         f"{r.split} {r.accuracy:.1f}%" for r in attrs.itertuples()))
+    from shiftbench.demo.sweeps import run_sweeps_demo
+
+    start = time.perf_counter()
+    sweeps = run_sweeps_demo(data_dir, workspace, console=err)
+    best = {m: t.loc[t["accuracy"].idxmax(), "resolution"] for m, t in sweeps["resolution"].items()
+            if t["accuracy"].notna().any()}
+    typer.echo(f"resolution sweeps and object compositing ({time.perf_counter() - start:.1f} s): "
+               f"{len(sweeps['resolution'])} sweeps (best resolution: " + ", ".join(
+                   f"{m} {int(r)} px" for m, r in list(best.items())[:3]) + f"), {len(sweeps['compositing'])} "
+               "compositing studies")
     with open(output / "summary.md", "a") as fh:
-        fh.write("\nFine-tuning trajectories and attribute-controlled shifts of the digits testbed: see index.html.\n")
+        fh.write("\nFine-tuning trajectories, attribute-controlled shifts, resolution sweeps and object compositing "
+                 "of the digits testbed: see index.html.\n")
 
 
 # ---------------------------------------------------------------------------- demo

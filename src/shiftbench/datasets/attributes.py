@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from shiftbench.datasets.manifest import _read_table
+from shiftbench.datasets.manifest import _read_table, check_table
 from shiftbench.errors import ConfigError, DataError, did_you_mean
 
 RESERVED = ("path", "label", "group")
@@ -481,12 +481,7 @@ def _read_input(manifest: str | Path | pd.DataFrame, root: str | Path | None) ->
         df, where = _read_table(path), f"manifest {path}"
         base = Path(root) if root is not None else path.parent
         source = str(path.resolve())
-    missing = [c for c in ("path", "label") if c not in df.columns]
-    if missing:
-        raise DataError(f"{where}: no column {missing[0]!r} (columns: {', '.join(map(str, df.columns))}; expected "
-                        "path,label[,group] plus attribute columns)")
-    if df.empty:
-        raise DataError(f"{where}: no rows")
+    check_table(df, where, "path,label[,group] plus attribute columns")
     if df["label"].isna().any():
         raise DataError(f"{where} row {int(np.flatnonzero(df['label'].isna())[0]) + 1}: empty label")
     df["path"] = _resolve_paths(df, base, where)

@@ -221,6 +221,17 @@ def _declared(path: Path, classes: Classes | None) -> LabelSpace | None:
 
 
 # --------------------------------------------------------------------------- manifest
+def check_table(df: pd.DataFrame, where: str, expected: str = "path,label[,group]") -> None:
+    """Raise a one-line :class:`DataError` naming ``where`` if ``df`` lacks ``path`` or ``label``
+    (listing its columns and the ``expected`` ones) or has no rows."""
+    missing = [c for c in ("path", "label") if c not in df.columns]
+    if missing:
+        raise DataError(f"{where}: no column {missing[0]!r} (columns: {', '.join(map(str, df.columns))}; "
+                        f"expected {expected})")
+    if df.empty:
+        raise DataError(f"{where}: no rows")
+
+
 def _inside(real: str, root_real: str) -> bool:
     return real == root_real or real.startswith(root_real.rstrip(os.sep) + os.sep)
 
@@ -265,12 +276,7 @@ def manifest(path: Path | str, root: Path | str | None = None, name: str | None 
     path = Path(path)
     df = _read_table(path)
     where = f"manifest {path}"
-    missing = [c for c in ("path", "label") if c not in df.columns]
-    if missing:
-        raise DataError(f"{where}: no column {missing[0]!r} (columns: {', '.join(map(str, df.columns))}; "
-                        "expected path,label[,group])")
-    if df.empty:
-        raise DataError(f"{where}: no rows")
+    check_table(df, where)
     if classes is None:
         classes = class_names if class_names is not None else (label_space if label_space in KNOWN_LABEL_SPACES
                                                                 else None)

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from shiftbench.datasets.manifest import check_table
 from shiftbench.errors import ConfigError, DataError, did_you_mean
 
 BINS: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
@@ -257,12 +258,7 @@ def _labels(df: pd.DataFrame, where: str) -> tuple[list[Any], str]:
 
 def _candidates(table: Any, root: Path | str | None) -> tuple[pd.DataFrame, str, str]:
     df, where, folder = _read(table, "candidates")
-    missing = [c for c in ("path", "label") if c not in df.columns]
-    if missing:
-        raise DataError(f"{where}: no column {missing[0]!r} (columns: {', '.join(map(str, df.columns))}; "
-                        "expected path,label,selection_frequency or path,label,n_selected,n_annotators)")
-    if df.empty:
-        raise DataError(f"{where}: no rows")
+    check_table(df, where, "path,label,selection_frequency or path,label,n_selected,n_annotators")
     csv = where.endswith(".csv")
     labels, kind = _labels(df, where)
     freqs = _frequencies(df, where)
