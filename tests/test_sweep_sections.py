@@ -137,13 +137,16 @@ def test_resolution_section_marks_best_and_native_and_shows_why_a_resolution_fai
     doc = report(tmp_path / "rep", tmp_path / "store")
     html = section(doc, "resolution")
     assert html is not None and XSS not in html and "&lt;img src=x" in html
-    assert "Not run at every resolution" in html and "at 64 px (RuntimeError: Input height (64) doesn&#x27;t" in html
+    # one line per failing model: its failed resolutions and the first reason
+    assert "Not run at every resolution" in html
+    assert "at 64, 256 px: RuntimeError: Input height (64) doesn&#x27;t match model (128).</li>" in html
     rows = re.findall(r"<tr>(.*?)</tr>", html)
     cells = [re.findall(r"<td[^>]*>(.*?)</td>", r) for r in rows]
     cnn = [c for c in cells if c and c[0] == "cnn"]
     # model, resolution, resize, top-1, top-5, examples, best, native
     assert [c[1] for c in cnn] == ["64", "128", "256"] and [c[3] for c in cnn] == ["20.00", "40.00", "55.50"]
     assert [c[6] for c in cnn] == ["", "", "★"] and [c[7] for c in cnn] == ["", "○", ""]
+    assert [c[1] for c in cells if c and "img src" in c[0]] == ["128"]     # failed rows only in the CSV
     assert doc.count("Plotly.newPlot(") == 1
     table = pd.read_csv(tmp_path / "rep" / "resolution" / "val.csv")
     assert table["error"].notna().sum() == 2 and table["accuracy"].isna().sum() == 2

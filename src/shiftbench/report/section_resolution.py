@@ -101,6 +101,12 @@ def plot_resolution(rows: pd.DataFrame, *, title: str):
     return fig
 
 
+def _short(error: str, limit: int = 120) -> str:
+    """The first line of an error message, cut to ``limit`` characters."""
+    line = str(error).strip().splitlines()[0] if str(error).strip() else str(error)
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
 @register_section
 class ResolutionSection(Section):
     """Resolution sweeps stored in the results store (``--store``): accuracy per test resolution,
@@ -127,11 +133,14 @@ class ResolutionSection(Section):
                 parts.append(ctx.static_figure(plot_resolution(sub, title=title), stem))
             failed = sub[sub["error"].notna()]
             if len(failed):
-                parts.append('<p class="sb-reason">Not run at every resolution: ' + "; ".join(
-                    f"{esc(r.model)} at {int(r.resolution)} px ({esc(r.error)})" for r in failed.itertuples())
-                    + ".</p>")
-            shown = sub.assign(best=np.where(sub["best"].astype(bool), "★", ""),
-                               native=np.where(sub["native"].astype(bool), "○", ""))
+                parts.append('<p class="sb-reason">Not run at every resolution (the full messages are in the '
+                             "CSV):</p><ul>" + "".join(
+                                 f"<li>{esc(model)} at {', '.join(str(int(r)) for r in f['resolution'])} px: "
+                                 f"{esc(_short(f['error'].iloc[0]))}</li>"
+                                 for model, f in failed.groupby("model", sort=False)) + "</ul>")
+            shown = sub[sub["error"].isna()]
+            shown = shown.assign(best=np.where(shown["best"].astype(bool), "★", ""),
+                                 native=np.where(shown["native"].astype(bool), "○", ""))
             parts.append(small_table(shown.drop(columns=["setting", "error"]).rename(
                 columns={"accuracy": "top-1 %", "top5": "top-5 %", "n_examples": "examples"}),
                 {"resolution": "d", "resize": ".0f", "top-1 %": ".2f", "top-5 %": ".2f", "examples": "d"}))
