@@ -121,9 +121,10 @@ class CompositingSection(Section):
 
     def render(self, ctx: ReportContext, tb: TestbedReport | None) -> list[Rendered]:
         rows = compositing_studies(ctx.store)
-        parts = ["<p>Foreground objects pasted onto background photographs, one factor of variation at a time "
+        parts = ["<p>Foreground objects pasted onto background photographs over controlled factors of variation "
                  "(SI-SCORE, Djolonga et al. 2021): top-1 accuracy per object size (fraction of the image area), "
-                 "per rotation, and per object location; the location map divides each location's accuracy by "
+                 "per rotation, and per object location, each averaged over every combination of the other "
+                 "factors in the spec (a spec that varies one factor at a time gives SI-SCORE's curves); the location map divides each location's accuracy by "
                  "the 95th percentile over locations, so 1 is as good as the best locations.</p>"]
         for dataset, sub in rows.groupby("dataset", sort=True):
             parts.append(f"<h3>{esc(dataset)}</h3>")
