@@ -1,0 +1,75 @@
+"""The report's store sections (trajectories, resolution sweeps, compositing, attribute shifts)
+in headless Chromium: every plot renders, no console error, no network, and a model, study or
+split named like an HTML payload shows as text without running anything."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from report_testbed import V2, XSS, calibration_store, tiny_testbed
+from shiftbench.report import write_html_report
+from shiftbench.store import Store
+from test_report_browser import Page, browser  # noqa: F401 - the module-scoped Chromium fixture
+from test_sweep_sections import sweep_rows
+
+pytestmark = pytest.mark.timeout(180)
+SECTIONS = ("compositing", "resolution", "attributes", "tb-tiny-fine-tuning")
+
+
+def _studies(root: Path) -> Path:
+    store = Store(calibration_store(root))
+    store.write_study("trajectory", XSS, pd.DataFrame({
+        "step": [0, 0, 5, 5, 50, 50], "epoch": [0.0, 0.0, 0.1, 0.1, 1.0, 1.0],
+        "setting": ["val", V2] * 3, "accuracy": [12.0, 9.0, 60.0, 55.0, 80.0, 68.0],
+        "n_examples": [1000] * 6, "model": [f"{XSS}@step{s}" for s in (0, 0, 5, 5, 50, 50)]}),
+        {"settings": ["val", V2], "id_setting": "val"})
+    store.write_study("resolution", "m__val", sweep_rows(XSS, [20.0, 40.0, 55.5]))
+    rows = [("size", 0.1, "0.1", np.nan, np.nan, 25.0, 8, np.nan),
+            ("rotation", 0.0, "0", np.nan, np.nan, 62.5, 8, np.nan),
+            ("location", np.nan, "0.25,0.25", 0.25, 0.25, 50.0, 4, 0.5),
+            ("location", np.nan, "0.75,0.25", 0.75, 0.25, 100.0, 4, 1.0)]
+    frame = pd.DataFrame(rows, columns=["factor", "value", "label", "x", "y", "accuracy", "n", "normalised"])
+    frame.insert(0, "setting", "composite:spec.json")
+    frame.insert(0, "dataset", XSS)
+    frame.insert(0, "spec", "spec.json")
+    frame.insert(0, "model", XSS)
+    store.write_study("compositing", "x__mini", frame, {"accuracy": 50.0, "n_examples": 16})
+    store.write_study("attributes", "digits", pd.DataFrame({
+        "split": ["id-test", XSS], "kind": ["id-test", "ood"], "n": [100, 50], "accuracy": [98.0, 80.0],
+        "ci_low": [93.0, 66.0], "ci_high": [99.8, 90.0]}))
+    return store.root
+
+
+@pytest.fixture(scope="module")
+def loaded(browser, tmp_path_factory):  # noqa: F811 - browser is the imported fixture
+    root = tmp_path_factory.mktemp("studies")
+    index = write_html_report([tiny_testbed()], root / "report", store=_studies(root / "store"), n_resamples=50,
+                              figure_formats=())
+    page = Page(browser, index.resolve().as_uri())
+    yield page, index.read_text()
+    page.page.close()
+
+
+def test_every_study_section_is_on_the_page_and_its_plots_render(loaded):
+    page, doc = loaded
+    for anchor in SECTIONS:
+        assert f'id="{anchor}"' in doc, anchor
+    counts = page.page.evaluate("""anchors => anchors.map(a => {
+        const divs = [...document.getElementById(a).querySelectorAll('.plotly-graph-div')];
+        return [divs.length, divs.filter(d => d.querySelector('svg.main-svg .cartesianlayer')).length]; })""",
+                                list(SECTIONS))
+    assert all(n > 0 and drawn == n for n, drawn in counts), dict(zip(SECTIONS, counts))
+    assert page.errors == [] and [m for m in page.console if m[0] == "error"] == []
+    assert all(u.startswith(("file://", "data:", "blob:", "about:")) for u in page.requests)
+
+
+def test_hostile_names_in_studies_are_text_and_run_nothing(loaded):
+    page, _ = loaded
+    assert page.dialogs == []
+    assert page.page.evaluate("() => document.querySelectorAll('img[src=x]').length") == 0
+    for anchor in SECTIONS:
+        text = page.page.evaluate("a => document.getElementById(a).textContent", anchor)
+        assert XSS in text, anchor
