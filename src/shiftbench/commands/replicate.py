@@ -1,6 +1,8 @@
 """``shiftbench replicate``: sample a new test set from annotated candidates (Recht et al. 2019).
 
-One call into :func:`shiftbench.datasets.replication.replicate`, then ``Replication.write``.
+One call into :func:`shiftbench.datasets.replication.replicate`, then ``Replication.write``; the
+figure (:func:`shiftbench.report.replication_figures.plot_replication`) goes next to the manifest
+as ``<manifest>.png`` and, with ``--store``, ``Replication.to_study()`` into the results store.
 """
 from __future__ import annotations
 
@@ -49,6 +51,13 @@ def register(app: typer.Typer) -> None:
             "--label-space", help="Declare the manifest's label space (imagenet-1k, cifar10, or a .txt file with one "
             "class name per line) in a sidecar <output>.classes.json, so labels (indices, wnids or names) keep its "
             "indices and a model with all its outputs evaluates the manifest.")] = None,
+        store: Annotated[Optional[Path], typer.Option(
+            "--store", help="Results store to record the replication in (a 'replication' study: the "
+            "selection-frequency histograms and per-class means), shown by shiftbench report --store.")] = None,
+        name: Annotated[Optional[str], typer.Option("--name", help="Study name in --store (default: the manifest's "
+                                                    "file name without its suffix).")] = None,
+        no_figure: Annotated[bool, typer.Option("--no-figure", help="Do not write the figure <manifest>.png.")]
+        = False,
         per_class: Annotated[bool, typer.Option("--per-class", help=f"Show every class (default: at most "
                                                 f"{MAX_ROWS}).")] = False,
         as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON only.")] = False,
@@ -60,10 +69,19 @@ def register(app: typer.Typer) -> None:
 
         rep = replicate(candidates, reference, strategy, images_per_class=images_per_class, threshold=threshold,
                         bins=_bins(bins), seed=seed, fallback=fallback)
+        study_name = name if name is not None else Path(output).stem
+        if store is not None:
+            from shiftbench.store import Store
+
+            st = Store(store)
+            st._study_path("replication", study_name)     # a bad --name fails before anything is written
         path = rep.write(output, label_space=label_space)
         sidecar = sidecar_of(path)
+        figure = None if no_figure else _write_figure(rep, path.with_suffix(".png"))
+        study = None if store is None else st.write_study("replication", study_name, rep.to_study(), rep.study_meta())
         if as_json:
-            print(json.dumps({"manifest": str(path), "label_space_sidecar": sidecar and str(sidecar), **rep.to_dict()}))
+            print(json.dumps({"manifest": str(path), "label_space_sidecar": sidecar and str(sidecar),
+                              "figure": figure and str(figure), "study": study and study_name, **rep.to_dict()}))
             return
         has_ref = rep.reference_mean_selection_frequency is not None
         headers = ["class", "candidates", "images", "mean sel. freq."]
@@ -88,3 +106,21 @@ def register(app: typer.Typer) -> None:
         if sidecar is not None:
             out.print(f"label space: {read_classes_file(sidecar).describe()} (sidecar {sidecar})")
         out.print(f"manifest: {path} (evaluate with --setting manifest:{path})")
+        if figure is not None:
+            out.print(f"figure: {figure}")
+        if study is not None:
+            out.print(f"study: replication/{study_name} in {store} (shiftbench report --store {store})")
+
+
+def _write_figure(rep, path: Path) -> Path:
+    """The replication's figure (selection-frequency histograms, per-class means) as a PNG."""
+    import matplotlib.pyplot as plt
+
+    from shiftbench.report.replication_figures import plot_replication
+
+    fig = plot_replication(rep.to_study(), rep.study_meta())
+    try:
+        fig.savefig(path)
+    finally:
+        plt.close(fig)
+    return path

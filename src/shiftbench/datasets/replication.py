@@ -307,6 +307,8 @@ class Replication:
     params: dict[str, Any] = field(default_factory=dict)
     mean_selection_frequency: float = float("nan")
     reference_mean_selection_frequency: float | None = None
+    #: The reference's ``label`` and ``selection_frequency``, one row per image (``None`` without one).
+    reference: pd.DataFrame | None = None
 
     def write(self, path: Path | str, label_space: Any = None) -> Path:
         """Write the manifest (``.csv`` or ``.parquet``: ``path,label,selection_frequency``) with
@@ -351,6 +353,56 @@ class Replication:
             write_label_space(path, space)
         os.replace(tmp, path)
         return path
+
+    @property
+    def bins(self) -> np.ndarray:
+        """The bin edges of the figure and study: the matched-frequency ``bins``, else :data:`BINS`."""
+        return np.asarray(self.params.get("bins", BINS), dtype=float)
+
+    def bin_table(self) -> pd.DataFrame:
+        """Per selection-frequency bin (:func:`frequency_bin`): ``bin``, ``lower``, ``upper``,
+        ``count`` and ``share`` of the replicated images, and ``reference_count`` and
+        ``reference_share`` of the reference's (NaN without a reference) -- the histograms of
+        Recht et al. 2019, Figure 3. ``share_b = count_b / sum(count)``."""
+        edges = self.bins
+        count = selection_histogram(self.manifest["selection_frequency"], edges)
+        frame = pd.DataFrame({"bin": np.arange(len(count)), "lower": edges[:-1], "upper": edges[1:],
+                              "count": count, "share": count / max(int(count.sum()), 1)})
+        if self.reference is not None:
+            ref = selection_histogram(self.reference["selection_frequency"], edges)
+            frame["reference_count"], frame["reference_share"] = ref.astype(float), ref / max(int(ref.sum()), 1)
+        else:
+            frame["reference_count"] = frame["reference_share"] = np.nan
+        return frame
+
+    def to_study(self) -> pd.DataFrame:
+        """The long-form table a results store keeps (``Store.write_study("replication", ...)``).
+
+        One row per bin (``part == "bin"``: the columns of :meth:`bin_table`) followed by one row
+        per class (``part == "class"``: ``label`` as text, ``n_candidates``, ``n_images``,
+        ``mean_selection_frequency`` and the reference's ``reference_n_images`` and
+        ``reference_mean_selection_frequency``); columns a part does not use are empty."""
+        bins = self.bin_table().assign(part="bin")
+        classes = self.summary.reset_index().assign(part="class")
+        classes["label"] = classes["label"].astype(str)
+        for col in ("reference_n_images", "reference_mean_selection_frequency"):
+            if col not in classes:
+                classes[col] = np.nan
+        frame = pd.concat([bins, classes], ignore_index=True)
+        front = ["part", "bin", "lower", "upper", "count", "share", "reference_count", "reference_share", "label"]
+        frame = frame[front + [c for c in frame.columns if c not in front]]
+        for col in ("bin", "count", "reference_count", "n_candidates", "n_images", "reference_n_images"):
+            frame[col] = frame[col].astype("Int64")
+        return frame
+
+    def study_meta(self) -> dict[str, Any]:
+        """The metadata stored with :meth:`to_study`: strategy, parameters (``images_per_class``,
+        ``seed``, ``threshold``/``bins``/``fallback`` where they apply), ``bins`` always, counts
+        and the two mean selection frequencies."""
+        return {"strategy": self.strategy, **self.params, "bins": [float(e) for e in self.bins],
+                "n_images": int(len(self.manifest)), "n_classes": int(len(self.summary)),
+                "mean_selection_frequency": self.mean_selection_frequency,
+                "reference_mean_selection_frequency": self.reference_mean_selection_frequency}
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: strategy, parameters, overall means, and the per-class summary rows."""
@@ -469,7 +521,7 @@ def replicate(candidates: Any, reference: Any = None, strategy: str = "matched-f
     return Replication(manifest=manifest, summary=pd.DataFrame(rows).set_index("label"), strategy=strategy,
                        params=params, mean_selection_frequency=float(manifest["selection_frequency"].mean()),
                        reference_mean_selection_frequency=None if ref is None
-                       else float(ref["selection_frequency"].mean()))
+                       else float(ref["selection_frequency"].mean()), reference=ref)
 
 
 _threshold = threshold   # ``replicate``'s ``threshold`` argument shadows the strategy function
