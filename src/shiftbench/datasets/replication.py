@@ -370,7 +370,7 @@ class Replication:
                               "count": count, "share": count / max(int(count.sum()), 1)})
         if self.reference is not None:
             ref = selection_histogram(self.reference["selection_frequency"], edges)
-            frame["reference_count"], frame["reference_share"] = ref.astype(float), ref / max(int(ref.sum()), 1)
+            frame["reference_count"], frame["reference_share"] = ref, ref / max(int(ref.sum()), 1)
         else:
             frame["reference_count"] = frame["reference_share"] = np.nan
         return frame

@@ -119,6 +119,7 @@ def plot_replication(study: pd.DataFrame, meta: Mapping[str, Any], *, title: str
     ax.set_ylabel("share of images")
     ax.set_title(title or replication_title(meta), fontsize=10)
     ax.grid(True, axis="y", color="0.9", lw=0.6)
+    ax.set_axisbelow(True)
     ax.legend(loc="upper left", fontsize=7, framealpha=0.9)
     if scatter:
         sc = axes[0, 1]
