@@ -111,9 +111,9 @@ def test_static_figure_without_reference_has_one_panel_and_one_mean():
 def test_plotly_figures_carry_the_shares_and_class_means():
     rep = hand_case()
     fig = replication_figure(rep.to_study(), rep.study_meta())
-    assert [t.name for t in fig.data] == ["reference", "replicated"]
+    assert [t.name for t in fig.data] == ["reference", "replicated", "reference mean 0.625", "replicated mean 0.950"]
     assert list(fig.data[0].y) == [0.25, 0, 0.25, 0, 0.5] and list(fig.data[1].y) == [0, 0, 0, 0, 1]
-    assert sorted(s.x0 for s in fig.layout.shapes) == pytest.approx([0.625, 0.95])
+    assert list(fig.data[2].x) == [0.625, 0.625] and list(fig.data[3].x) == [0.95, 0.95]
     assert "top-images" in fig.layout.title.text
     scatter = class_means_figure(rep.to_study(), title="t")
     assert list(scatter.data[1].x) == [0.5, 0.75] and list(scatter.data[1].y) == [0.95, 0.95]

@@ -34,6 +34,8 @@ from shiftbench.report.interactive import _layout, _round, plotly_text
 matplotlib.use("Agg", force=False)
 
 REFERENCE_COLOUR, REPLICATION_COLOUR = "#7f7f7f", "#1f77b4"
+#: The mean lines: dark grey for the reference, red for the replication (visible over either bar).
+REFERENCE_MEAN_COLOUR, REPLICATION_MEAN_COLOUR = "#333333", "#d62728"
 BIN_COLUMNS = ["bin", "lower", "upper", "count", "share", "reference_count", "reference_share"]
 CLASS_COLUMNS = ["label", "n_candidates", "n_images", "mean_selection_frequency", "reference_n_images",
                  "reference_mean_selection_frequency"]
@@ -108,8 +110,8 @@ def plot_replication(study: pd.DataFrame, meta: Mapping[str, Any], *, title: str
                label=f"reference ({int(np.nansum(bins['reference_count']))} images)")
     ax.bar(left + (half if ref else 0.0), bins["share"], width=half if ref else 2 * half, align="edge",
            color=REPLICATION_COLOUR, label=f"replicated ({int(np.nansum(bins['count']))} images)")
-    for value, colour, name in ((ref_mean, REFERENCE_COLOUR, "reference mean"),
-                                (mean, REPLICATION_COLOUR, "replicated mean")):
+    for value, colour, name in ((ref_mean, REFERENCE_MEAN_COLOUR, "reference mean"),
+                                (mean, REPLICATION_MEAN_COLOUR, "replicated mean")):
         if value is not None and (ref or name.startswith("replicated")):
             ax.axvline(value, color=colour, ls="--", lw=1.4, label=f"{name} {value:.3f}")
     edges = np.r_[bins["lower"].to_numpy(float), bins["upper"].to_numpy(float)[-1:]]
@@ -127,8 +129,8 @@ def plot_replication(study: pd.DataFrame, meta: Mapping[str, Any], *, title: str
         y = classes["mean_selection_frequency"].astype(float)
         sc.plot([0, 1], [0, 1], color="0.6", lw=0.8, ls=":")
         sc.scatter(x, y, s=18, color=REPLICATION_COLOUR, alpha=0.8)
-        sc.set_xlim(0, 1)
-        sc.set_ylim(0, 1)
+        sc.set_xlim(-0.03, 1.03)      # a class at 1.0 stays whole
+        sc.set_ylim(-0.03, 1.03)
         sc.set_aspect("equal")
         sc.set_xlabel("reference mean sel. freq.")
         sc.set_ylabel("replicated mean sel. freq.")
@@ -141,7 +143,7 @@ def plot_replication(study: pd.DataFrame, meta: Mapping[str, Any], *, title: str
 def replication_figure(study: pd.DataFrame, meta: Mapping[str, Any], *, title: str | None = None) -> go.Figure:
     """Plotly twin of :func:`plot_replication`'s histogram panel: one bar trace per set
     (reference first, when there is one) with the share of images per bin, and the means as
-    dashed vertical lines. Hover shows the bin, count and share."""
+    dashed vertical line traces named with their values. Hover shows the bin, count and share."""
     bins, _ = study_parts(study)
     ref = has_reference(bins)
     left, half, _ = _bar_geometry(bins)
@@ -158,12 +160,13 @@ def replication_figure(study: pd.DataFrame, meta: Mapping[str, Any], *, title: s
             hovertemplate=f"<b>{name}</b><br>bin %{{customdata[0]}}<br>%{{customdata[1]}} images "
                           "(%{y:.1%})<extra></extra>"))
     mean, ref_mean = _mean(meta, "mean_selection_frequency"), _mean(meta, "reference_mean_selection_frequency")
-    for value, colour, name, pos in ((ref_mean if ref else None, REFERENCE_COLOUR, "reference mean", "top left"),
-                                     (mean, REPLICATION_COLOUR, "replicated mean", "top right")):
-        if value is not None:
-            fig.add_vline(x=value, line=dict(color=colour, dash="dash", width=2),
-                          annotation_text=f"{name} {value:.3f}", annotation_position=pos,
-                          annotation_font=dict(color=colour, size=11))
+    top = 1.08 * float(np.nanmax(np.r_[bins["share"].to_numpy(float), bins["reference_share"].to_numpy(float)]))
+    for value, colour, name in ((ref_mean if ref else None, REFERENCE_MEAN_COLOUR, "reference mean"),
+                                (mean, REPLICATION_MEAN_COLOUR, "replicated mean")):
+        if value is not None:     # a line trace (not a shape), so the legend names it with its value
+            fig.add_trace(go.Scatter(x=[value, value], y=[0, top], mode="lines", name=f"{name} {value:.3f}",
+                                     line=dict(color=colour, dash="dash", width=2),
+                                     hovertemplate=f"{name} %{{x:.3f}}<extra></extra>"))
     _layout(fig, plotly_text(title or replication_title(meta)), "selection frequency", "share of images",
             height=420)
     edges = [float(e) for e in np.r_[bins["lower"].to_numpy(float), bins["upper"].to_numpy(float)[-1:]]]
@@ -192,6 +195,6 @@ def class_means_figure(study: pd.DataFrame, *, title: str) -> go.Figure | None:
                       "<br>%{customdata[1]} images<extra></extra>"))
     _layout(fig, plotly_text(title), "reference mean selection frequency", "replicated mean selection frequency",
             height=420)
-    fig.update_xaxes(range=[0, 1])
-    fig.update_yaxes(range=[0, 1], scaleanchor="x")
+    fig.update_xaxes(range=[-0.03, 1.03])
+    fig.update_yaxes(range=[-0.03, 1.03], scaleanchor="x")
     return fig
