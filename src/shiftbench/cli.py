@@ -403,7 +403,9 @@ def report_cmd(
     testbed: Annotated[Optional[list[str]], typer.Option(
         "--testbed", "-t", help="Reference name or CSV/Parquet path. Repeatable; default: imagenet-reference and "
         "timm-reference.")] = None,
-    store: Annotated[Optional[Path], typer.Option("--store", help="A results store: adds its calibration.")] = None,
+    store: Annotated[Optional[Path], typer.Option("--store", help="A results store: adds its calibration, model similarity "
+                                          "and stored studies (trajectories, resolution sweeps, compositing, "
+                                          "replication, attribute shifts).")] = None,
     scale: ScaleOpt = "logit",
     n_resamples: Annotated[int, typer.Option("--resamples", help="Bootstrap resamples per band.")] = 1000,
 ) -> None:

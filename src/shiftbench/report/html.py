@@ -42,7 +42,7 @@ from shiftbench.testbed import Testbed
 
 def _import_section_modules() -> None:
     """Import every ``shiftbench.report.section_*`` module: each registers its sections (a module
-    that re-registers a key, e.g. ``compositing``, replaces the placeholder and keeps its place)."""
+    that re-registers an existing key replaces that section and keeps its place)."""
     import importlib
     import pkgutil
 

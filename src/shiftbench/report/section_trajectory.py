@@ -1,5 +1,4 @@
-"""The HTML report's "Fine-tuning trajectories" section (replaces the placeholder of
-:mod:`shiftbench.report.sections` by re-registering its key ``fine-tuning``).
+"""The HTML report's "Fine-tuning trajectories" section (key ``fine-tuning``).
 
 For each testbed, every trajectory stored in the report's results store (``--store``; studies
 of kind ``trajectory``, written by :class:`shiftbench.engine.trajectory.Trajectory`) whose

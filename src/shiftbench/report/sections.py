@@ -432,35 +432,6 @@ class ModelTableSection(Section):
         return [Rendered(self.title, anchor, section_html(anchor, self.title, body))]
 
 
-class _DataSection(Section):
-    """A section shown only when its results exist (none of these have a stored form yet)."""
-
-    def available(self, ctx: ReportContext, tb: TestbedReport | None) -> bool:
-        return False
-
-
-@register_section
-class CompositingSection(_DataSection):
-    """Object-compositing heatmaps (SI-SCORE style: accuracy per object size, location and
-    rotation). Appears once compositing results are stored (issue 4)."""
-
-    key, title = "compositing", "Object compositing"
-
-
-@register_section
-class ResolutionSection(_DataSection):
-    """Resolution sweeps: accuracy per test resolution. Appears once sweeps are stored (issue 4)."""
-
-    key, title = "resolution", "Resolution sweeps"
-
-
-@register_section
-class TrajectorySection(_DataSection):
-    """Fine-tuning trajectories drawn over the trend. Appears once trajectories are stored (issue 7)."""
-
-    key, title = "fine-tuning", "Fine-tuning trajectories"
-
-
 # ---------------------------------------------------------------------------- report sections
 def calibration_rows(results: pd.DataFrame | None) -> pd.DataFrame:
     """Rows of a results store with finite ECE, NLL and Brier score."""
