@@ -15,7 +15,6 @@ Measured when these tests were written (mean absolute difference in grey levels,
 """
 from __future__ import annotations
 
-import functools
 import math
 
 import numpy as np
@@ -25,7 +24,7 @@ from PIL import Image
 
 from shiftbench.errors import ConfigError
 from shiftbench.shifts import get_shift, list_shifts
-from shiftbench.shifts.corruptions import blur, noise
+from shiftbench.shifts.corruptions import blur, noise, replay
 
 NOISE = ["gaussian_noise", "shot_noise", "impulse_noise", "speckle_noise"]
 BLUR = ["gaussian_blur", "defocus_blur", "motion_blur", "zoom_blur", "glass_blur"]
@@ -257,33 +256,11 @@ def test_impulse_noise_matches_the_reference_on_its_own_uniforms(photos224):
         assert np.abs(ours - theirs).max() < 1e-6, severity
 
 
-@functools.lru_cache(maxsize=1)
-def _numba_draws():
-    """A numba function drawing the reference's offsets in its loop order (compiled once)."""
-    numba = pytest.importorskip("numba")
-
-    @numba.njit(cache=False)
-    def draws(d0, d1, d, its, s):
-        np.random.seed(s)
-        out = np.zeros((its, (d0 - 2 * d) * (d1 - 2 * d), 2), dtype=np.int64)
-        for i in range(its):
-            n = 0
-            for _h in range(d0 - d, d, -1):
-                for _w in range(d1 - d, d, -1):
-                    dx, dy = np.random.randint(-d, d, size=(2,))
-                    out[i, n, 0] = dx
-                    out[i, n, 1] = dy
-                    n += 1
-        return out
-
-    return draws
-
-
 def _numba_glass_draws(h: int, w: int, delta: int, iterations: int, seed: int) -> torch.Tensor:
     """The reference's offsets: numba's stream after ``np.random.seed(seed)``, drawn in its loop
     order, returned as ``(iterations, 2, H - 2d, W - 2d)`` (dx, dy) in raster order."""
-    d = _numba_draws()(h, w, delta, iterations, seed).reshape(iterations, h - 2 * delta, w - 2 * delta, 2)
-    return torch.from_numpy(np.ascontiguousarray(d[:, ::-1, ::-1, :])).permute(0, 3, 1, 2)   # reverse visits
+    pytest.importorskip("numba")
+    return replay.glass_reference_offsets(h, w, delta, iterations, seed)
 
 
 @pytest.mark.parametrize("size", [224, (45, 38)])

@@ -24,7 +24,7 @@ from PIL import Image
 
 from shiftbench.errors import ConfigError
 from shiftbench.shifts import get_shift, list_shifts
-from shiftbench.shifts.corruptions import digital, weather
+from shiftbench.shifts.corruptions import digital, replay, weather
 from shiftbench.shifts.greyscale import greyscale
 
 WEATHER = ["snow", "frost", "fog", "spatter"]
@@ -197,27 +197,13 @@ def test_greyscale_is_bt601_luma_on_three_channels(photos224):
 # ---------------------------------------------------------------- fidelity: random corruptions
 
 def replay_reference_draws(name: str, image: np.ndarray, seed: int) -> dict:
-    """The reference's NumPy draws after ``np.random.seed(seed)``, shaped for ``*_from_noise``."""
-    h, w = image.shape[:2]
-    np.random.seed(seed)
-    if name == "snow":
-        z = np.random.standard_normal((h, w))
-        return {"z": torch.from_numpy(z)[None], "u": torch.tensor([np.random.random_sample()])}
-    if name == "fog":
-        return {"u": torch.from_numpy(np.random.random_sample(weather.fog_mapsize(h, w) ** 2 - 1))[None]}
-    if name == "spatter":
-        return {"z": torch.from_numpy(np.random.standard_normal((h, w)))[None]}
-    if name == "frost":
-        idx = np.random.randint(6)
-        th, tw = weather._scaled_frost(idx, h, w).shape[-2:]
-        return {"crops": [(idx, np.random.randint(0, th - h), np.random.randint(0, tw - w))]}
-    if name == "elastic_transform":
-        return {"u": torch.from_numpy(np.random.random_sample((2, h, w)))[None]}
-    raise KeyError(name)
+    """The reference's NumPy draws after ``np.random.seed(seed)``, shaped for ``*_from_noise``
+    (the weather and elastic draws do not depend on the severity)."""
+    return replay.reference_draws(name, image, 1, seed)
 
 
 def from_noise(name: str):
-    return getattr(digital if name == "elastic_transform" else weather, f"{name}_from_noise")
+    return replay.from_noise(name)
 
 
 @pytest.mark.parametrize("name", RANDOM)

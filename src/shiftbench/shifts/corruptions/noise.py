@@ -266,6 +266,15 @@ def shot_noise_from_noise(x: Any, severity: int, u1: Any, u2: Any) -> Any:
     return clip01(poisson(x.clamp(0, 1) * c, c, u1, u2).div_(c)).to(x.dtype)
 
 
+def shot_noise_from_counts(x: Any, severity: int, counts: Any) -> Any:
+    """``clip(counts / c, 0, 1)`` for Poisson(``c x``) ``counts`` shaped like ``x`` (the reference's
+    arithmetic on its own ``np.random.poisson`` draws; ``x`` gives only shape and dtype)."""
+    c = param(SHOT_NOISE, "shot_noise", severity)
+    if counts.shape != x.shape:
+        raise ValueError(f"shot_noise: counts of shape {tuple(counts.shape)} for images of shape {tuple(x.shape)}")
+    return clip01(counts.to(x.dtype) / c)
+
+
 def shot_noise(x: Any, severity: int, gens: Sequence[Any]) -> Any:
     """ImageNet-C shot_noise; image ``i`` draws one 64-bit word per value from ``gens[i]``
     (24-bit ``u1`` from bits 0-23, ``u2`` from bits 40-63)."""
@@ -330,5 +339,5 @@ def _speckle_noise(severity: int) -> Shift:
 
 
 __all__ = ["gaussian_noise", "shot_noise", "impulse_noise", "speckle_noise", "gaussian_noise_from_noise",
-           "shot_noise_from_noise", "impulse_noise_from_noise", "speckle_noise_from_noise", "impulse_masks",
+           "shot_noise_from_noise", "shot_noise_from_counts", "impulse_noise_from_noise", "speckle_noise_from_noise", "impulse_masks",
            "poisson"]
