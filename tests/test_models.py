@@ -441,3 +441,41 @@ def test_open_clip_glue_builds_a_zero_shot_head_from_class_names(monkeypatch):
         load_model("open_clip:ViT-B-32@opnai")
     with pytest.raises(ConfigError, match="did you mean 'ViT-B-32'"):
         load_model("open_clip:ViT-B-23@openai")
+
+
+# ---------------------------------------------------------------- plugins (entry points)
+
+def test_plugin_architectures_load_in_a_fresh_interpreter_by_name_and_from_a_checkpoint(tmp_path):
+    """The digits zoo registers through the 'shiftbench.plugins' entry point: a fresh process that
+    never imported shiftbench.demo builds 'digits-cnn-w8' and loads a checkpoint of it by name."""
+    import subprocess
+
+    from safetensors.torch import save_file
+
+    from shiftbench.models import build_arch
+
+    net = build_arch("digits-cnn-w8").net
+    save_file({k: v.contiguous() for k, v in net.state_dict().items()}, str(tmp_path / "cnn.safetensors"))
+    code = ("import sys, torch\n"
+            "from shiftbench.models import load_model\n"
+            "assert 'shiftbench.demo' not in sys.modules\n"
+            f"m = load_model('checkpoint:{tmp_path / 'cnn.safetensors'}', arch='digits-cnn-w8')\n"
+            "print(m.num_classes, m.metadata['arch'], tuple(m.module(torch.rand(2, 3, 32, 32)).shape))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["10", "digits-cnn-w8", "(2,", "10)"]
+
+
+def test_a_broken_plugin_is_a_config_error_naming_it(monkeypatch):
+    from importlib.metadata import EntryPoint
+
+    from shiftbench.models import registry
+
+    eps = [EntryPoint(name="labzoo", value="no_such_module_for_shiftbench.models", group=registry.PLUGIN_GROUP)]
+    monkeypatch.setattr("importlib.metadata.entry_points", lambda group=None: eps if group == registry.PLUGIN_GROUP else [])
+    monkeypatch.setattr(registry, "_plugins_loaded", False)
+    with pytest.raises(ConfigError, match="plugin 'labzoo'.*no_such_module_for_shiftbench.models.*uninstall"):
+        registry.build_arch("not-an-arch-anywhere")
+    # loaded once: an unknown name afterwards is the usual did-you-mean error
+    with pytest.raises(ConfigError, match="architecture"):
+        registry.build_arch("not-an-arch-anywhere")

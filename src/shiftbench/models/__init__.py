@@ -41,7 +41,7 @@ from __future__ import annotations
 from shiftbench.models.base import IMAGENET_MEAN, IMAGENET_STD, LoadedModel, Preprocessing
 from shiftbench.models.checks import check_logits
 from shiftbench.models.registry import (ARCHS, BUILTINS, SOURCES, Built, ModelSpec, build_arch, list_builtins,
-                                        list_sources, load_model, parse_spec, register_arch, register_arch_source,
+                                        list_sources, load_model, load_plugins, parse_spec, register_arch, register_arch_source,
                                         register_builtin, register_source)
 
 # each module below registers its source / architectures / built-ins on import (nothing else)
@@ -63,7 +63,7 @@ def __getattr__(name: str):  # Normalized subclasses torch.nn.Module: import tor
 
 __all__ = [
     "ARCHS", "BUILTINS", "IMAGENET_MEAN", "IMAGENET_STD", "SOURCES", "Built", "LoadedModel", "ModelSpec",
-    "Normalized", "Preprocessing", "build_arch", "check_logits", "list_builtins", "list_sources", "load_model",
+    "Normalized", "Preprocessing", "build_arch", "check_logits", "list_builtins", "list_sources", "load_model", "load_plugins",
     "parse_spec", "read_state_dict", "register_arch", "register_arch_source", "register_builtin",
     "register_source",
 ]

@@ -93,6 +93,43 @@ def register_arch_source(name: str) -> Callable[[ArchFn], ArchFn]:
     return wrap
 
 
+#: entry-point group of packages that register models or architectures on import
+PLUGIN_GROUP = "shiftbench.plugins"
+_plugins_loaded = False
+
+
+def load_plugins() -> list[str]:
+    """Import every module registered under the ``shiftbench.plugins`` entry-point group (once).
+
+    A package makes its architectures available to specs and the CLI (``--arch NAME``) by
+    registering them on import and declaring, in its ``pyproject.toml``::
+
+        [project.entry-points."shiftbench.plugins"]
+        mymodels = "mypackage.shiftbench_models"
+
+    shiftbench's own digits zoo is such a plugin (``digits-cnn-w8``, ... from
+    ``shiftbench.demo.archs``). Plugins are imported only when a name is not found, so
+    ``import shiftbench`` stays light. Returns the names of the modules imported now; one that
+    fails to import is a ConfigError naming it.
+    """
+    global _plugins_loaded
+    if _plugins_loaded:
+        return []
+    _plugins_loaded = True
+    import importlib
+    from importlib.metadata import entry_points
+
+    loaded = []
+    for ep in entry_points(group=PLUGIN_GROUP):
+        try:
+            importlib.import_module(ep.value.split(":")[0])
+        except Exception as exc:  # a broken plugin must say which one
+            raise ConfigError(f"shiftbench plugin {ep.name!r} ({ep.value}) failed to import: {exc}; "
+                              "fix or uninstall that package") from exc
+        loaded.append(ep.value)
+    return loaded
+
+
 def register_arch(name: str) -> Callable[[Callable[[int | None], Built]], Callable[[int | None], Built]]:
     """Decorator: ``fn(num_classes) -> Built`` builds the untrained built-in architecture ``name``."""
     def wrap(fn: Callable[[int | None], Built]) -> Callable[[int | None], Built]:
@@ -126,6 +163,8 @@ def parse_spec(spec: str, **options: Any) -> ModelSpec:
         raise ConfigError(f"a model spec must be a non-empty string like 'torchvision:resnet50', got {spec!r}")
     text = spec.strip()
     source, sep, target = text.partition(":")
+    if (not sep and text not in BUILTINS) or (sep and source not in SOURCES):
+        load_plugins()
     if not sep:
         if text in BUILTINS:
             return ModelSpec(spec=text, source="builtin", target=text, **options)
@@ -220,6 +259,8 @@ def build_arch(arch: str, num_classes: int | None = None) -> Built:
     if sep and source in ARCH_SOURCES:
         return ARCH_SOURCES[source](target, num_classes)
     key = target if sep and source == "builtin" else text
+    if key not in ARCHS:
+        load_plugins()
     if key in ARCHS:
         return ARCHS[key](num_classes)
     raise ConfigError(did_you_mean("architecture", text, list(ARCHS) + [f"{s}:" for s in ARCH_SOURCES],
