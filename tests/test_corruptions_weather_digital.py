@@ -350,3 +350,25 @@ def test_chamfer_distance_of_a_single_edge_pixel_is_the_5x5_mask_metric():
     for (dy, dx), want in {(0, 1): 1.0, (1, 1): 1.4, (1, 2): 2.1969, (0, 2): 2.0, (2, 2): 2.8,
                            (0, 4): 4.0, (2, 4): 2 * 2.1969, (3, 4): 2.1969 + 2 * 1.4}.items():
         assert d[4 + dy, 4 + dx].item() == pytest.approx(want, abs=1e-5), (dy, dx)
+
+
+def test_brightness_and_saturate_closed_forms_equal_the_hsv_round_trip_on_greys_blacks_and_ties():
+    torch.manual_seed(0)
+    x = torch.rand(3, 3, 48, 48)
+    x[0, :, :8, :8] = 0.3                       # grey: saturate tints it red (hue 0), as scikit-image
+    x[0, :, 8:16, :8] = 0.0                     # black: brightness makes it grey
+    x[1, 0] = x[1, 1]                           # red/green ties
+    x[2, 2, :, :24] = x[2, 1, :, :24]           # green/blue ties
+    for severity in range(1, 6):
+        c = digital.BRIGHTNESS[severity - 1]
+        hsv = digital.rgb_to_hsv(x)
+        hsv[:, 2] = (hsv[:, 2] + c).clamp(0, 1)
+        torch.testing.assert_close(digital.brightness(x, severity), digital.hsv_to_rgb(hsv).clamp(0, 1),
+                                   atol=1e-6, rtol=0)
+        a, b = digital.SATURATE[severity - 1]
+        hsv = digital.rgb_to_hsv(x)
+        hsv[:, 1] = (hsv[:, 1] * a + b).clamp(0, 1)
+        torch.testing.assert_close(digital.saturate(x, severity), digital.hsv_to_rgb(hsv).clamp(0, 1),
+                                   atol=1e-6, rtol=0)
+    assert digital.saturate(x, 5)[0, 0, 0, 0] > digital.saturate(x, 5)[0, 1, 0, 0]      # grey tinted red
+    torch.testing.assert_close(digital.brightness(x, 2)[0, :, 8:16, :8], torch.full((3, 8, 8), 0.2))
