@@ -352,6 +352,46 @@ def test_poisson_sampler_is_poisson():
         assert counts.mean() == pytest.approx(lam, abs=5 * math.sqrt(lam / n))
 
 
+def test_alias_tables_give_poissons_probabilities_at_every_grey_level():
+    from scipy import stats
+
+    cols, unit = noise.ALIAS_COLUMNS, 2 ** 24
+    for c in noise.SHOT_NOISE:
+        table = noise.poisson_alias_tables(float(c)).numpy().astype(np.int64) & 0xFFFFFFFF
+        table = table.reshape(256, cols)
+        threshold, alias = table & 0x1FFFFFF, table >> 25
+        assert threshold.max() <= unit and alias.max() < cols
+        for level in (0, 1, 37, 128, 254, 255):
+            implied = np.bincount(np.arange(cols), weights=threshold[level], minlength=cols)
+            implied = implied + np.bincount(alias[level], weights=unit - threshold[level], minlength=cols)
+            implied = implied / (cols * unit)
+            pmf = stats.poisson.pmf(np.arange(cols), c * level / 255) if level else (np.arange(cols) == 0) * 1.0
+            assert np.abs(implied - pmf).max() < 2.0 ** -30, (c, level)
+
+
+def test_shot_noise_on_the_uint8_grid_and_off_it_are_poisson_at_the_references_rates():
+    """Grid inputs take the alias tables, others the CDF sampler: both give Poisson(c x) counts
+    (chi-square per level) and the same mean and variance."""
+    from scipy import stats
+
+    level = torch.tensor([3, 64, 200]).view(3, 1, 1).expand(3, 256, 256)
+    on_grid = (level.float() / 255).unsqueeze(0)                                # (1, 3, 256, 256)
+    off_grid = on_grid + 0.3 / 255                                             # between two levels
+    for severity in (1, 4):
+        c = noise.SHOT_NOISE[severity - 1]
+        for x, shift in ((on_grid, 0.0), (off_grid, 0.3)):
+            counts = (get_shift("shot_noise", severity)(x, [0], seed=1) * c).round().long()[0]
+            for ch in range(3):
+                lam = c * (int(level[ch, 0, 0]) + shift) / 255
+                k = counts[ch].reshape(-1).numpy()
+                obs = np.bincount(k)
+                exp = stats.poisson.pmf(np.arange(len(obs)), lam) * k.size
+                exp[-1] += stats.poisson.sf(len(obs) - 1, lam) * k.size   # counts above c are clipped to c
+                keep = exp > 5
+                chi2 = ((obs[keep] - exp[keep]) ** 2 / exp[keep]).sum()
+                assert stats.chi2.sf(chi2, max(1, keep.sum() - 1)) > 1e-4, (severity, shift, ch)
+
+
 def test_shot_noise_counts_have_the_reference_mean_and_variance_per_grey_level(photos224):
     x = to_tensor(photos224)
     for severity in (1, 3, 5):

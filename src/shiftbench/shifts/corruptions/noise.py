@@ -25,11 +25,13 @@ reference value for value (gaussian, speckle, impulse):
 * gaussian/speckle: ``(C, H, W)`` standard normals from ``torch.randn``.
 * impulse: per value one 32-bit word: 31 bits against ``round(c 2^31)`` (the replacement
   probability is within 2^-32 of c) and the sign bit for salt or pepper.
-* shot: an exact Poisson sampler vectorised with table look-ups (:func:`poisson`); NumPy's and
-  ``torch.poisson``'s samplers run one value at a time (~70 ns each here, 10 ms per 224 px
-  image). Two 24-bit uniforms per value; the distribution is exact up to rounding the CDFs up
-  to multiples of 2^-24 (every probability within 6e-8 of Poisson's; a far tail of total
-  probability < 2^-24 is never drawn).
+* shot: NumPy's and ``torch.poisson``'s samplers run one value at a time (~70 ns each here,
+  10 ms per 224 px image), so shot noise uses table samplers. Images on the uint8 grid (every
+  decoded image; what the reference receives) take one 32-bit word per value through Walker's
+  alias method on a table per grey level (:func:`poisson_alias_tables`: 256 levels x 128
+  columns, every probability within 2^-31 of Poisson's); any other input takes two 24-bit
+  uniforms per value through :func:`poisson` (CDF tables with a guide, every probability within
+  6e-8 of Poisson's; a far tail of total probability < 2^-24 is never drawn).
 
 Clipping as the reference (``np.clip(., 0, 1)``); the output stays float (the reference
 multiplies by 255 and ``imagecorruptions.corrupt`` truncates to uint8).
@@ -275,34 +277,113 @@ def shot_noise_from_counts(x: Any, severity: int, counts: Any) -> Any:
     return clip01(counts.to(x.dtype) / c)
 
 
+#: columns of the per-grey-level alias tables (a power of 2: the column is the low bits of a word)
+ALIAS_COLUMNS = 128
+#: a value within this many grey levels of ``k / 255`` is sampled at the rate ``c k / 255``
+LEVEL_TOLERANCE = 1e-4
+
+
+@functools.lru_cache(maxsize=16)
+def poisson_alias_tables(c: float) -> Any:
+    """Walker/Vose alias tables of Poisson(``c k / 255``) for the 256 grey levels ``k``: int32
+    ``(256 * ALIAS_COLUMNS,)``, entry ``k * ALIAS_COLUMNS + j`` packing column ``j``'s acceptance
+    threshold ``a`` (0 .. 2^24, bits 0-24) and its alias (bits 25-31). A 24-bit uniform ``t`` and
+    a uniform column ``j`` give ``j`` if ``t < a`` else the alias: the probability of every count
+    is within ``2^-31`` of Poisson's (masses are integers out of ``ALIAS_COLUMNS 2^24``, rounded
+    by largest remainder); counts >= ALIAS_COLUMNS (probability < 1e-12 at the largest rate, 60)
+    are not drawn."""
+    import numpy as np
+    import torch
+    from scipy import stats
+
+    cols, unit = ALIAS_COLUMNS, 1 << 24
+    if stats.poisson.sf(cols - 1, c) > 2.0 ** -40:
+        raise ValueError(f"the alias tables hold Poisson rates up to ~60, not {c}")
+    ks = np.arange(cols)
+    table = np.empty((256, cols), dtype=np.int64)
+    for level in range(256):
+        lam = c * level / 255.0
+        p = stats.poisson.pmf(ks, lam) if lam > 0 else (ks == 0).astype(np.float64)
+        exact = p / p.sum() * cols * unit                          # largest-remainder rounding: integer
+        mass = np.floor(exact).astype(np.int64)                    # masses summing to cols * unit, each
+        short = int(cols * unit - mass.sum())                      # within one unit of exact
+        mass[np.argsort(mass - exact)[:short]] += 1
+        alias = ks.copy()
+        small = [j for j in range(cols) if mass[j] < unit]
+        large = [j for j in range(cols) if mass[j] > unit]
+        while small and large:                                     # Vose: fill each short column from a tall one
+            j, big = small.pop(), large[-1]
+            alias[j] = big
+            mass[big] -= unit - mass[j]
+            if mass[big] <= unit:
+                large.pop()
+                if mass[big] < unit:
+                    small.append(big)
+        mass = np.minimum(mass, unit)                              # exact integers leave no residue
+        table[level] = mass | (alias << 25)
+    return torch.from_numpy(table.reshape(-1).astype(np.uint32).view(np.int32).copy())
+
+
+def poisson_from_levels(levels: Any, words: Any, table: Any) -> Any:
+    """Poisson counts (int32) for grey levels ``levels`` (int32 0..255) from one random 32-bit word
+    each (``words``, int32: bits 0-6 the column, bits 7-30 the threshold) by the alias ``table``."""
+    import torch
+
+    col = words & (ALIAS_COLUMNS - 1)
+    entry = table.index_select(0, (levels << 7) | col)
+    accept = ((words >> 7) & 0xFFFFFF) < (entry & 0x1FFFFFF)
+    return torch.where(accept, col, (entry >> 25) & 0x7F)
+
+
 def shot_noise(x: Any, severity: int, gens: Sequence[Any]) -> Any:
-    """ImageNet-C shot_noise; image ``i`` draws one 64-bit word per value from ``gens[i]``
-    (24-bit ``u1`` from bits 0-23, ``u2`` from bits 40-63)."""
+    """ImageNet-C shot_noise; image ``i`` draws from ``gens[i]``.
+
+    Images whose values all lie on the uint8 grid (within ``LEVEL_TOLERANCE`` grey levels of
+    ``k / 255``: every decoded image) are sampled at the rate ``c k / 255`` - what the reference
+    computes from its uint8 input - with the per-level alias tables (:func:`poisson_alias_tables`;
+    one 32-bit word per value, a handful of passes). Other images use the general sampler
+    :func:`poisson` (one 64-bit word per value: 24-bit ``u1`` from bits 0-23, ``u2`` from bits
+    40-63)."""
     import torch
 
     c = param(SHOT_NOISE, "shot_noise", severity)
-    tables = _poisson_tables(float(c), x.device)
     n = x[0].numel()
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
 
     def one(i: int) -> None:   # everything per image, in the image's thread (no whole-batch ops)
-        lam = x[i].reshape(-1).float().clamp(0, 1).mul_(c)
-        words = random_bits([gens[i]], n)[0].to(x.device).view(torch.int32).view(n, 2)
-        lo, hi = words[:, 0], words[:, 1]          # bits 0-31 and 32-63 of each 64-bit word
-        counts = torch.empty_like(lam)
-        search, tail = [], []
-        for s in range(0, n, CHUNK):
-            e = min(n, s + CHUNK)
-            counts[s:e], sr, tl = _poisson_piece(lam[s:e], lo[s:e] & 0xFFFFFF, (hi[s:e] >> 8) & 0xFFFFFF, tables)
-            if sr is not None:
-                search.append((sr[0] + s, *sr[1:]))
-            if tl is not None:
-                tail.append((tl[0] + s, *tl[1:]))
-        counts = _poisson_finish(counts, search, tail, tables)
-        out[i] = clip01(counts.div_(c)).view(x.shape[1:])
+        scaled = x[i].reshape(-1).float().clamp(0, 1).mul_(255)
+        levels = scaled.round()
+        if float((scaled - levels).abs_().max()) <= LEVEL_TOLERANCE:
+            words = random_bits([gens[i]], (n + 1) // 2)[0].view(torch.int32)[:n].to(x.device)
+            counts = poisson_from_levels(levels.to(torch.int32), words, poisson_alias_tables(float(c)).to(x.device))
+            out[i] = clip01(counts.to(torch.float32).div_(c)).view(x.shape[1:])
+            return
+        out[i] = _shot_noise_general(scaled.div_(255).mul_(c), c, gens[i], x.device).view(x.shape[1:])
 
     for_each_image(len(gens), one, x.device)
     return out
+
+
+def _shot_noise_general(lam: Any, c: float, gen: Any, device: Any) -> Any:
+    """clip(Poisson(lam) / c) for the flat float32 rates ``lam`` of one image (:func:`poisson`'s
+    sampler, resolved in cache-sized pieces)."""
+    import torch
+
+    tables = _poisson_tables(float(c), device)
+    n = lam.numel()
+    words = random_bits([gen], n)[0].to(device).view(torch.int32).view(n, 2)
+    lo, hi = words[:, 0], words[:, 1]          # bits 0-31 and 32-63 of each 64-bit word
+    counts = torch.empty_like(lam)
+    search, tail = [], []
+    for s in range(0, n, CHUNK):
+        e = min(n, s + CHUNK)
+        counts[s:e], sr, tl = _poisson_piece(lam[s:e], lo[s:e] & 0xFFFFFF, (hi[s:e] >> 8) & 0xFFFFFF, tables)
+        if sr is not None:
+            search.append((sr[0] + s, *sr[1:]))
+        if tl is not None:
+            tail.append((tl[0] + s, *tl[1:]))
+    counts = _poisson_finish(counts, search, tail, tables)
+    return clip01(counts.div_(c))
 
 
 # ---------------------------------------------------------------- registry
@@ -339,5 +420,5 @@ def _speckle_noise(severity: int) -> Shift:
 
 
 __all__ = ["gaussian_noise", "shot_noise", "impulse_noise", "speckle_noise", "gaussian_noise_from_noise",
-           "shot_noise_from_noise", "shot_noise_from_counts", "impulse_noise_from_noise", "speckle_noise_from_noise", "impulse_masks",
+           "shot_noise_from_noise", "shot_noise_from_counts", "poisson_alias_tables", "poisson_from_levels", "impulse_noise_from_noise", "speckle_noise_from_noise", "impulse_masks",
            "poisson"]
