@@ -47,13 +47,13 @@ demo: $(STAMP) demo-data
 test: $(STAMP) demo-data
 	$(BIN)/python -m pytest -q
 
-# side-by-side benchmarks (each prints its ratios; corruptions ~6 min, fidelity ~16 min)
+# side-by-side benchmarks (each prints its ratios; corruptions ~6 min, fidelity ~18 min)
 bench: $(STAMP)
 	$(BIN)/python bench/bootstrap.py
 	$(BIN)/python bench/engine.py
 	$(BIN)/python bench/similarity.py
 	$(BIN)/python bench/corruptions.py --repeat 3 --cpu
-	$(BIN)/python bench/corruptions_fidelity.py --images 60
+	$(BIN)/python bench/corruptions_fidelity.py --images 60 --floor
 
 clean:
 	rm -rf $(VENV) $(REPORT) $(WORKSPACE) $(dir $(WORKSPACE))attributes
