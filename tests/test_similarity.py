@@ -347,3 +347,36 @@ def test_report_shows_similarity_only_with_two_models_in_the_store(evaluated, tm
     assert any(f.endswith(".png") for f in files), (stem, files)
     without = write_html_report([tb], tmp_path / "rep2", shifts=[], n_resamples=10, figure_formats=[])
     assert "Model similarity" not in without.read_text()
+
+
+def test_on_a_pm_k_setting_the_examples_are_pm_sets_scored_by_the_pm_k_rule(tmp_path):
+    """Frames -> pm-sets: an anchor counts as right only with every frame within k right; a set
+    whose anchor frame was not decoded is skipped for every model."""
+    import pyarrow as pa
+
+    from shiftbench.views import pm_k
+
+    setting = "imagenet-vid-robust_pm10"
+    frames = [("g1", 0), ("g1", -3), ("g1", 8), ("g2", 0), ("g2", 5), ("g2", 12),
+              ("g3", 0), ("g3", 2), ("g4", 0), ("g4", 1)]
+    right = {"m.a": [1, 1, 1, 1, 0, 1, 0, 1, 1, 1],      # g2 spoiled by +5; g3's anchor wrong
+             "m.b": [1, 1, 1, 1, 1, 0, 1, 1, 1, 1]}      # g2's wrong frame is 12 away: beyond k
+    store = Store(tmp_path / "store")
+    for i, (model, flags) in enumerate(right.items()):
+        status = ["ok"] * 8 + ["error", "ok"]             # g4's anchor frame failed to decode
+        pred = pd.DataFrame({"index": np.arange(len(frames)), "id": [f"{g}/frame{o}" for g, o in frames], "status": status,
+                             "correct": [bool(f) for f in flags], "group": [g for g, _ in frames],
+                             "offset": pd.array([o for _, o in frames], dtype="int32")})
+        key = f"k{i}"
+        store.write_part(key, 0, pa.Table.from_pandas(pred, preserve_index=False))
+        store.finish(key, {"model": model, "setting": setting, "convention": "full", "model_type": "STANDARD",
+                           "n_examples": 3})
+    c = correctness_matrix(store, setting)
+    assert c.example_ids == ("g1", "g2", "g3") and c.n_skipped == 1
+    assert c.correct.tolist() == [[True, False, False], [True, True, True]]
+    # the matrix agrees with the setting's own pm-10 accuracy over the scored sets
+    a = right["m.a"][:8]
+    acc, n = pm_k(np.array(a, bool), [g for g, _ in frames[:8]], [o for _, o in frames[:8]], 10)
+    assert c.accuracy["m.a"] == pytest.approx(acc) and n == 3          # both in percent
+    # per frame, m.a gets one frame right that m.b gets wrong (g2 at +12); per pm-set, none
+    assert dominance_probability(c).loc["m.a", "m.b"] == 0.0

@@ -428,6 +428,37 @@ def _check_unique(ids: np.ndarray, st: Store, row: tuple, setting: str) -> None:
                         f"{row.model!r} on {setting!r} (key {row.key}); rerun it with --force")
 
 
+def _pm_k_of(setting: str) -> int | None:
+    """k of a pm-k setting (``imagenet-vid-robust_pm10``, ...), None for any other setting."""
+    from shiftbench.settings import get_setting
+
+    try:
+        return get_setting(setting).pm_k
+    except Exception:   # a setting this installation cannot parse is not a pm-k one
+        return None
+
+
+def _anchor_rows(pred: pd.DataFrame, k: int, st: Store, row: tuple, setting: str) -> pd.DataFrame:
+    """A pm-k setting's frame rows as one row per pm-set, ``id`` = the set's anchor id, ``correct``
+    = pm-k correctness (the anchor and every frame within ``k`` right), scored over the decoded
+    frames as the runner scores them; a set whose anchor frame was not scored is skipped."""
+    from shiftbench.views import pm_k_anchors
+
+    if not {"group", "offset"} <= set(pred.columns) or pred["group"].isna().all():
+        raise DataError(f"{st.root}: the predictions of model {row.model!r} on {setting!r} (key {row.key}) have "
+                        "no pm-set groups; rerun `shiftbench eval --force` for it")
+    ok = pred[pred["status"] == "ok"]
+    anchored = ok.loc[ok["offset"] == 0, "group"].astype(str).unique()
+    scored = ok[ok["group"].astype(str).isin(anchored)]
+    ids, right = (pm_k_anchors(scored["correct"].to_numpy(dtype=bool), scored["group"].astype(str).to_numpy(),
+                               scored["offset"].to_numpy(), k) if len(scored) else (np.zeros(0, dtype=object),
+                                                                                      np.zeros(0, dtype=bool)))
+    dropped = sorted(set(pred["group"].dropna().astype(str)) - set(anchored))
+    return pd.DataFrame({"id": np.concatenate([np.asarray(ids, dtype=object), np.asarray(dropped, dtype=object)]),
+                         "status": ["ok"] * len(ids) + ["skipped"] * len(dropped),
+                         "correct": np.concatenate([right, np.zeros(len(dropped), dtype=bool)])})
+
+
 def correctness_matrix(store: Store | str | Path, setting: str, models: Iterable[str] | None = None, *,
                        convention: str = "restricted") -> CorrectnessMatrix:
     """The correctness matrix of ``setting`` from the per-example predictions in a results store.
@@ -437,7 +468,10 @@ def correctness_matrix(store: Store | str | Path, setting: str, models: Iterable
     from some model's example list (``n_unshared``) are left out for every model. Where a model
     has several keys on the setting (both class-subset conventions, ``--limit`` runs), the
     ``convention`` one with the most examples is used, as in :meth:`Testbed.from_store`.
-    Model types come from the store (``shiftbench eval --model-type``).
+    Model types come from the store (``shiftbench eval --model-type``). On a pm-k setting
+    (``imagenet-vid-robust_pm10``, ...) the examples are the pm-sets, identified by their anchor
+    frame, and an example is right when the pm-k criterion holds (its anchor and every frame
+    within k right) - so the matrices compare the numbers the setting reports, not frames.
     """
     st = _store(store)
     res = st.results()
@@ -461,11 +495,14 @@ def correctness_matrix(store: Store | str | Path, setting: str, models: Iterable
     present = bad = np.zeros(0, dtype=bool)
     extra: set[str] = set()
     extra_bad: set[str] = set()
+    k = _pm_k_of(setting)
     for row in here.itertuples(index=False):
         pred = st.read_predictions(row.key)
         if pred.empty or not {"id", "status", "correct"} <= set(pred.columns):
             raise DataError(f"{st.root}: no per-example predictions for model {row.model!r} on {setting!r} "
                             f"(key {row.key}); rerun `shiftbench eval --force` for it")
+        if k is not None:
+            pred = _anchor_rows(pred, k, st, row, setting)
         ids = pred["id"].astype(str).to_numpy(dtype=object)
         ok = (pred["status"] == "ok").to_numpy()
         if ref is None:                                   # the first model's examples are the reference

@@ -15,7 +15,7 @@ from shiftbench.views.imagenet import (
     imagenet_a_view, imagenet_r_view, objectnet_imagenet_ids, objectnet_view, video_view)
 from shiftbench.views.mapped import MappedView
 from shiftbench.views.metrics import calibration, top1, top5
-from shiftbench.views.pmk import pm_k
+from shiftbench.views.pmk import pm_k, pm_k_anchors
 from shiftbench.views.subset import SubsetView
 from shiftbench.views.superclass import SuperclassView
 
@@ -23,6 +23,6 @@ __all__ = [
     "View", "Target", "COLUMNS", "CONVENTIONS",
     "FullView", "SubsetView", "MappedView", "SuperclassView", "ClassMapView", "ClassMapSpec",
     "read_class_map", "resolve_class_map",
-    "pm_k", "calibration", "top1", "top5",
+    "pm_k", "pm_k_anchors", "calibration", "top1", "top5",
     "imagenet_a_view", "imagenet_r_view", "objectnet_view", "objectnet_imagenet_ids", "video_view",
 ]

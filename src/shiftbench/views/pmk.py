@@ -12,8 +12,9 @@ from shiftbench.views import _ops
 
 def pm_k(correct: Any, groups: Any = None, offsets: Any = None, k: int = 0, *,
          anchors: Any = None, members: Sequence[Any] | None = None,
-         member_offsets: Sequence[Any] | None = None) -> tuple[float, int]:
-    """pm-k accuracy in percent and the number of anchors.
+         member_offsets: Sequence[Any] | None = None, return_anchors: bool = False) -> Any:
+    """pm-k accuracy in percent and the number of anchors (``return_anchors=True``: the boolean
+    per-anchor correctness instead, anchors in sorted group order or in ``anchors`` order).
 
     An anchor frame counts as correct only if it is correct **and** every frame of its
     pm-set within ``k`` frames of it (``|offset| <= k``) is correct (Shankar et al. 2021,
@@ -67,7 +68,23 @@ def pm_k(correct: Any, groups: Any = None, offsets: Any = None, k: int = 0, *,
     near_wrong = (np.abs(offset) <= k) & ~c[frame]
     spoiled = np.bincount(group[near_wrong], minlength=n_groups) > 0
     ok = c[anchor_idx] & ~spoiled
+    if return_anchors:
+        return ok
     return float(100.0 * ok.mean()), int(n_groups)
+
+
+def pm_k_anchors(correct: Any, groups: Any, offsets: Any, k: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Per-anchor pm-k correctness for the per-frame form of :func:`pm_k`: the sorted group ids
+    and, for each, whether its anchor and every frame within ``k`` of it are correct - the
+    "examples" of a pm-k setting (used for model similarity on video sets).
+
+    >>> pm_k_anchors([True, True, False, True, True], ["a", "a", "a", "b", "b"], [0, 1, 2, 0, -1], k=1)
+    (array(['a', 'b'], dtype='<U1'), array([ True,  True]))
+    >>> pm_k_anchors([True, True, False, True, True], ["a", "a", "a", "b", "b"], [0, 1, 2, 0, -1], k=2)[1]
+    array([False,  True])
+    """
+    names = np.unique(np.asarray(_ops.to_numpy(groups)).ravel())
+    return names, pm_k(correct, groups, offsets, k, return_anchors=True)
 
 
 def _explicit_sets(n: int, anchors: Any, members: Sequence[Any], member_offsets: Sequence[Any]
