@@ -29,3 +29,16 @@ def test_missing_or_unsafe_study_names_are_clear_errors(tmp_path):
         store.read_study("resolution", "r18")
     with pytest.raises(StoreError, match="plain name"):
         store.write_study("resolution", "../escape", pd.DataFrame({"a": [1]}))
+
+
+def test_read_predictions_can_read_only_some_columns_in_dataset_order(tmp_path):
+    import pyarrow as pa
+
+    store = Store(tmp_path / "s")
+    for chunk, idx in ((1, [3, 2]), (0, [0, 1])):
+        part = pd.DataFrame({"index": idx, "id": [f"e{i}" for i in idx], "correct": [i % 2 == 0 for i in idx],
+                             "logits": [[0.1 * i] * 4 for i in idx]})
+        store.write_part("key", chunk, pa.Table.from_pandas(part, preserve_index=False))
+    some = store.read_predictions("key", columns=["id", "correct", "no_such_column"])
+    assert list(some.columns) == ["index", "id", "correct"] and list(some["id"]) == ["e0", "e1", "e2", "e3"]
+    assert list(store.read_predictions("key").columns) == ["index", "id", "correct", "logits"]

@@ -497,7 +497,7 @@ def correctness_matrix(store: Store | str | Path, setting: str, models: Iterable
     extra_bad: set[str] = set()
     k = _pm_k_of(setting)
     for row in here.itertuples(index=False):
-        pred = st.read_predictions(row.key)
+        pred = st.read_predictions(row.key, columns=["id", "status", "correct", "group", "offset"])
         if pred.empty or not {"id", "status", "correct"} <= set(pred.columns):
             raise DataError(f"{st.root}: no per-example predictions for model {row.model!r} on {setting!r} "
                             f"(key {row.key}); rerun `shiftbench eval --force` for it")

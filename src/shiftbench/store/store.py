@@ -29,7 +29,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -127,13 +127,21 @@ class Store:
     def write_part(self, key: str, chunk: int, table: pa.Table) -> None:
         _atomic_write_parquet(self._part(key, chunk), table)
 
-    def read_predictions(self, key: str) -> pd.DataFrame:
-        """All per-example rows of ``key``, in dataset order."""
+    def read_predictions(self, key: str, columns: Sequence[str] | None = None) -> pd.DataFrame:
+        """All per-example rows of ``key``, in dataset order; ``columns``: only these (those a part
+        lacks are left out; Parquet reads just them, which is what makes wide logit-free reads of
+        hundreds of keys fast)."""
         files = sorted(self._key_dir(key).glob("part-*.parquet"))
         if not files:
             return pd.DataFrame()
         try:
-            frame = pd.concat([pq.read_table(f).to_pandas() for f in files], ignore_index=True)
+            if columns is None:
+                tables = [pq.read_table(f) for f in files]
+            else:
+                wanted = list(dict.fromkeys(["index", *columns]))
+                tables = [pq.read_table(f, columns=[c for c in wanted if c in pq.read_schema(f).names])
+                          for f in files]
+            frame = pd.concat([t.to_pandas() for t in tables], ignore_index=True)
         except (pa.ArrowInvalid, OSError) as exc:
             raise StoreError(f"{self._key_dir(key)}: unreadable part ({exc}); rerun with --force for this "
                              "model and setting") from exc
