@@ -310,3 +310,23 @@ def test_torchvision_mnist_layout_is_the_fallback_source(data_dir, tmp_path):
     digits = D.build_digits(tmp_path)
     assert digits.source == "torchvision MNIST test set"
     assert digits.train_x.shape == (7001, 32, 32) and digits.test_ids[0].startswith("mnist-t10k/")
+
+
+def test_training_runs_of_one_to_a_few_steps_work_and_are_reproducible():
+    """Tiny runs (1-5 steps: a small user dataset) keep a valid schedule; the same seed and thread
+    count give bit-identical weights."""
+    import torch
+
+    from shiftbench.demo.training import _fit
+    from shiftbench.models.registry import build_arch
+
+    rng = np.random.default_rng(0)
+    x, y = rng.integers(0, 256, (600, 32, 32), dtype=np.uint8), rng.integers(0, 10, 600)
+    weights = []
+    for n in (100, 300, 600, 600):                       # 1, 3, 5 and again 5 steps of 128
+        torch.manual_seed(0)
+        net = build_arch("digits-cnn-w4", 10).net
+        _fit(net, x[:n], y[:n], {"lr": 1e-3}, 1.0, 1)
+        weights.append(torch.cat([p.detach().flatten() for p in net.parameters()]))
+        assert torch.isfinite(weights[-1]).all()
+    assert torch.equal(weights[2], weights[3])

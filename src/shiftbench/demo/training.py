@@ -213,8 +213,11 @@ def _fit(net: Any, x_uint8: np.ndarray, y: np.ndarray, recipe: dict[str, Any], e
     opt = torch.optim.Adam(net.parameters(), lr=float(recipe.get("lr", 1e-3)))
     total = max(1, int(math.ceil(epochs * len(x_all) / bs)))
     augment = _Augmenter(recipe, g)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=float(recipe.get("lr", 1e-3)) * 3, total_steps=total,
-                                                pct_start=0.2)
+    # one-cycle schedule, warm-up 20% of the steps (at least 2: OneCycleLR divides by the warm-up
+    # length); runs of 1-2 steps keep the constant rate
+    sched = (torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=float(recipe.get("lr", 1e-3)) * 3, total_steps=total,
+                                                 pct_start=min(0.5, max(0.2, 2.0 / total)))
+             if total >= 3 else None)
     step = 0
     while step < total:
         perm = torch.randperm(len(x_all), generator=g)
@@ -229,7 +232,8 @@ def _fit(net: Any, x_uint8: np.ndarray, y: np.ndarray, recipe: dict[str, Any], e
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-            sched.step()
+            if sched is not None:
+                sched.step()
             step += 1
     model.eval()
 
