@@ -22,6 +22,7 @@ import pytest
 import torch
 from PIL import Image
 
+from corruption_photos import GREY_LEVEL, photos_u8, reference, to_numpy, to_tensor
 from shiftbench.errors import ConfigError
 from shiftbench.shifts import get_shift, list_shifts
 from shiftbench.shifts.corruptions import blur, noise, replay
@@ -32,29 +33,6 @@ RANDOM = NOISE + ["motion_blur", "glass_blur"]
 DETERMINISTIC = ["gaussian_blur", "defocus_blur", "zoom_blur"]
 SCALED = ["gaussian_blur-scaled", "defocus_blur-scaled", "motion_blur-scaled", "glass_blur-scaled"]
 ALL = NOISE + BLUR
-GREY_LEVEL = 1 / 255
-
-
-def reference():
-    return pytest.importorskip("imagecorruptions.corruptions")
-
-
-def photos_u8(size: int | tuple[int, int]) -> np.ndarray:
-    """(3, H, W, 3) uint8: chelsea, coffee, astronaut resized (bicubic) to ``size``."""
-    import skimage.data
-
-    w, h = (size, size) if isinstance(size, int) else size[::-1]
-    return np.stack([np.asarray(Image.fromarray(getattr(skimage.data, n)()).resize((w, h), Image.BICUBIC))
-                     for n in ("chelsea", "coffee", "astronaut")])
-
-
-def to_tensor(u8: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(np.ascontiguousarray(u8)).permute(0, 3, 1, 2).float() / 255
-
-
-def to_numpy(x: torch.Tensor) -> np.ndarray:
-    """(B, 3, H, W) in [0, 1] -> (B, H, W, 3) float64 in [0, 1]."""
-    return x.permute(0, 2, 3, 1).double().cpu().numpy()
 
 
 def run_reference(name: str, u8: np.ndarray, severity: int, **kwargs) -> np.ndarray:

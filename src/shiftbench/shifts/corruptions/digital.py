@@ -114,8 +114,6 @@ def brightness(x: Any, severity: int) -> Any:
     hue and saturation 0) become grey ``v'``. Two passes instead of the ~40 of the round trip;
     equal to it (and to the reference) within float32 rounding.
     """
-    import torch
-
     c = param(BRIGHTNESS, "brightness", severity)
     x32 = x.float()
     v = x32.amax(1, keepdim=True)
@@ -142,8 +140,6 @@ def saturate(x: Any, severity: int) -> Any:
     hue 0 (red): ``(v, v (1 - s'), v (1 - s'))`` with ``s' = clip(b, 0, 1)``, as the reference.
     Equal to the round trip within float32 rounding, in a handful of passes.
     """
-    import torch
-
     a, b = param(SATURATE, "saturate", severity)
     x32 = x.float()
     v = x32.amax(1, keepdim=True)

@@ -426,7 +426,6 @@ def distance_to_edges(edges: Any, cap: float = 20.0) -> Any:
     sweeps); OpenCV's two raster passes give the same values up to float32 summation order
     (1 ulp)."""
     import torch
-    import torch.nn.functional as F
 
     b, h, w = edges.shape
     limit = float(cap) + 1.0          # a value <= cap only depends on values < cap: cap the rest
