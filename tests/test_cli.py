@@ -472,3 +472,10 @@ def test_script_debug_shows_the_traceback() -> None:
 
 def test_errors_are_shiftbench_errors() -> None:
     assert issubclass(ConfigError, ShiftbenchError) and issubclass(DataError, ShiftbenchError)
+
+
+def test_report_with_a_missing_store_fails_before_any_work(tmp_path: Path) -> None:
+    result = invoke("report", "--testbed", "imagenet-reference", "--store", str(tmp_path / "nostore"),
+                    "-o", str(tmp_path / "rep"))
+    assert isinstance(result.exception, ConfigError) and "nostore: no results store there" in str(result.exception)
+    assert "HTML report" not in result.output and not (tmp_path / "rep").exists()

@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table as _RichTable
 
-from shiftbench.errors import ShiftbenchError
+from shiftbench.errors import ConfigError, ShiftbenchError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Measure how image classifiers hold up under distribution shift.")
@@ -412,6 +412,8 @@ def report_cmd(
     """Write a self-contained interactive HTML report (index.html) plus static figures and tables."""
     from shiftbench.reference import load_testbed
 
+    if store is not None and not store.is_dir():   # before any work or progress bar
+        raise ConfigError(f"{store}: no results store there; pass the --store directory that `shiftbench eval` wrote")
     testbeds = [load_testbed(t) for t in (testbed or REFERENCE_TESTBEDS)]
     path = _html_report(testbeds, output, store=store, n_resamples=n_resamples, scale=scale)
     typer.echo(f"report: {path.resolve()}")
