@@ -322,6 +322,15 @@ def test_resolve_prefixes_force_one_reading():
     assert tb.resolve(["type:MORE_DATA", "model:resnet50"]) == ["clip_vit", "resnet50"]
 
 
+def test_a_one_letter_word_is_not_read_as_an_abbreviation():
+    from shiftbench.errors import closest
+
+    ref = ["imagenet-a", "imagenet-r", "imagenet-sketch", "imagenet-c.brightness.1_on-disk", "val"]
+    assert set(closest("imagenet-b", ref)[:2]) == {"imagenet-a", "imagenet-r"}
+    assert "imagenet-c.brightness.1_on-disk" not in closest("imagenet-b", ref)
+    assert closest("imagenet-c.bright.1", ref)[0] == "imagenet-c.brightness.1_on-disk"   # longer prefixes still do
+
+
 def test_resolve_unknown_name_suggests_the_closest(tb):
     with pytest.raises(ConfigError, match=r"did you mean 'STANDARD'"):
         tb.resolve("STANDRD")

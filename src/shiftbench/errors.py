@@ -36,7 +36,9 @@ def _tokens(name: str) -> list[str]:
 
 def _abbreviates(token: str, words: list[str]) -> bool:
     """``token`` is a prefix of some word, or the initials of consecutive words ('mf' for
-    'matched-frequency')."""
+    'matched-frequency'); a one-letter token only matches a one-letter word."""
+    if len(token) == 1:          # one letter abbreviates too much ('imagenet-b' is not 'imagenet-c.brightness')
+        return token in words
     if any(w.startswith(token) for w in words):
         return True
     initials = "".join(w[0] for w in words)
