@@ -166,6 +166,28 @@ def test_synthetic_effective_robustness_is_the_mean_over_corruption_settings():
     assert (syn["n_settings"] == 3).all()
 
 
+def test_a_severity_with_a_gap_is_left_out_for_every_model_and_the_report_says_so(tmp_path):
+    """more0 lacks fog severity 1 but has fog 2: fog 1 is a gap in the data, left out for all
+    (more0 keeps its synthetic average); a model missing a whole corruption still gets NaN."""
+    from shiftbench.analysis.synthetic import complete_severities
+    from shiftbench.testbed import Testbed
+
+    tb = tiny_testbed()
+    acc = tb.accuracies.copy()
+    acc.loc["more0", CORRUPTIONS[0]] = np.nan
+    acc.loc["more1", CORRUPTIONS[2]] = np.nan                  # snow's only severity: not a gap
+    gappy = Testbed(acc, tb.sizes, tb.metadata, name="gappy")
+    kept, left_out = complete_severities(gappy, corruption_settings(gappy))
+    assert left_out == [CORRUPTIONS[0]] and kept == {"fog": [CORRUPTIONS[1]], "snow": [CORRUPTIONS[2]]}
+    syn = synthetic_effective_robustness(gappy)
+    assert syn.attrs["left_out"] == [CORRUPTIONS[0]] and (syn.loc[syn.index != "more1", "n_settings"] == 2).all()
+    assert np.isfinite(syn.at["more0", "synthetic_er"]) and np.isnan(syn.at["more1", "synthetic_er"])
+    explicit = synthetic_effective_robustness(gappy, settings=corruption_settings(gappy))   # as asked
+    assert np.isnan(explicit.at["more0", "synthetic_er"]) and explicit.attrs["left_out"] == []
+    doc = write_html_report([gappy], tmp_path, n_resamples=20, figure_formats=()).read_text()
+    assert "Left out as gaps in the data (1 setting)" in doc and CORRUPTIONS[0] in doc
+
+
 @pytest.mark.parametrize("name", ["imagenet-reference", "timm-reference"])
 def test_reference_testbed_report_is_under_15_mb(name, tmp_path):
     tb = sb.load_testbed(name)

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from importlib.resources import files
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -66,6 +67,30 @@ def test_imagenet_reference_has_338_models_and_213_settings(imagenet):
     assert len(imagenet.models) == len(set(imagenet.models)) == 338
     assert len(imagenet.settings) == 213
     assert imagenet.name == "imagenet-reference"
+
+
+def test_imagenet_c_cells_equal_to_clean_accuracy_are_left_out_and_kept_in_the_raw_testbed(imagenet):
+    """543 published severity-1 in-memory cells equal the model's val accuracy (the corruption was
+    not applied); imagenet-reference leaves them empty, imagenet-reference-raw keeps the files as
+    published."""
+    from shiftbench.reference.imagenet import defective_cells
+
+    bad = defective_cells()
+    assert len(bad) == 543 and bad["setting"].str.endswith(".1_in-memory").all()
+    assert bad["setting"].nunique() == 18 and (bad["setting"] == "imagenet-c.zoom_blur.1_in-memory").sum() == 119
+    assert ((bad["accuracy"] - bad["val"]).abs() < 1e-9).all()
+    raw = load_testbed("imagenet-reference-raw")
+    assert raw.name == "imagenet-reference-raw" and raw.accuracies.shape == imagenet.accuracies.shape
+    for row in bad.itertuples():
+        assert np.isnan(imagenet.accuracies.at[row.model, row.setting])
+        assert np.isnan(imagenet.sizes.at[row.model, row.setting])
+        assert raw.accuracies.at[row.model, row.setting] == row.accuracy
+    assert len(defective_cells(imagenet.accuracies)) == 0
+    # everything else is untouched, and the on-disk cells of the same models are real measurements
+    both = raw.accuracies.mask(imagenet.accuracies.isna())
+    pd.testing.assert_frame_equal(both, imagenet.accuracies)
+    on_disk = raw.accuracies.loc["senet154", "imagenet-c.gaussian_noise.1_on-disk"]
+    assert on_disk < raw.accuracies.loc["senet154", "val"] - 5
 
 
 def test_imagenet_reference_has_the_published_model_types(imagenet):

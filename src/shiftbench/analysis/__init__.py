@@ -9,7 +9,8 @@ from shiftbench.analysis.corruption import corruption_accuracy, mce
 from shiftbench.analysis.intervals import accuracy_interval, clopper_pearson
 from shiftbench.analysis.robustness import effective_robustness, most_effectively_robust, relative_robustness
 from shiftbench.analysis.scaling import SCALES, inverse, transform
-from shiftbench.analysis.synthetic import corruption_correlations, corruption_settings, synthetic_effective_robustness
+from shiftbench.analysis.synthetic import (complete_severities, corruption_correlations, corruption_settings,
+                                          synthetic_effective_robustness)
 from shiftbench.analysis.trend import (
     Band, PiecewiseTrendFit, TrendFit, bootstrap_band, bootstrap_coefficients, fit_piecewise_trend, fit_trend)
 
@@ -19,5 +20,5 @@ __all__ = [
     "bootstrap_band", "bootstrap_coefficients",
     "effective_robustness", "relative_robustness", "most_effectively_robust",
     "Correlation", "robustness_correlation", "mce", "corruption_accuracy",
-    "corruption_settings", "synthetic_effective_robustness", "corruption_correlations",
+    "corruption_settings", "complete_severities", "synthetic_effective_robustness", "corruption_correlations",
 ]

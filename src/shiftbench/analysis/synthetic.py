@@ -8,7 +8,10 @@ in-distribution setting ``x`` (``val``) and every model's effective robustness
 
 * the **synthetic effective robustness** of a model is the mean of ``rho_c`` over all
   corruption settings (every corruption at every severity); a model missing any of them gets
-  ``NaN`` so that all averages are over the same settings;
+  ``NaN`` so that all averages are over the same settings. A severity that some model lacks
+  while it has the corruption's other severities is a gap in the data and is left out for
+  every model (:func:`complete_severities`): in the reference testbed, the severity-1
+  in-memory cells that equal clean accuracy;
 * the **per-corruption** effective robustness is the mean of ``rho_c`` over the severities of
   one corruption;
 
@@ -49,6 +52,28 @@ def corruption_settings(testbed: Testbed, pattern: str = IMAGENET_C_PATTERN) -> 
     return {c: [s for _, s in sorted(v)] for c, v in sorted(found.items())}
 
 
+def complete_severities(testbed: Testbed, settings: Mapping[str, Sequence[str]]
+                        ) -> tuple[dict[str, list[str]], list[str]]:
+    """``settings`` without the severities some model lacks although it has the corruption's
+    other severities - a gap in the data, not a model left unevaluated - and the list of the
+    settings left out. Averaging over the remaining severities keeps such models in every
+    average instead of dropping them (the reference testbed's severity-1 in-memory cells that
+    equal clean accuracy, see :func:`shiftbench.reference.imagenet.defective_cells`)."""
+    have = testbed.accuracies.notna()
+    kept: dict[str, list[str]] = {}
+    left_out: list[str] = []
+    for corruption, names in settings.items():
+        names = [n for n in names if n in have.columns]
+        keep = []
+        for s in names:
+            others = [o for o in names if o != s]
+            gap = have[others].all(axis=1) & ~have[s] if others else pd.Series(False, index=have.index)
+            (left_out if gap.any() else keep).append(s)
+        if keep:
+            kept[corruption] = keep
+    return kept, left_out
+
+
 def synthetic_effective_robustness(
     testbed: Testbed,
     x: str = "val",
@@ -59,14 +84,19 @@ def synthetic_effective_robustness(
 ) -> pd.DataFrame:
     """Effective robustness per corruption and on average (see the module docstring).
 
-    ``settings`` maps each corruption to its settings (default: :func:`corruption_settings`).
-    Returns a DataFrame indexed by model with ``model_type``, one column per corruption (mean
-    over its severities), ``synthetic_er`` (mean over every setting, ``NaN`` unless the model
-    has all of them) and ``n_settings``; ``attrs`` holds ``x``, ``scale`` and ``settings``
-    (not the fits: pandas deep-copies ``attrs`` on every operation).
+    ``settings`` maps each corruption to its settings (default: :func:`corruption_settings`
+    less the severities with gaps, :func:`complete_severities`). Returns a DataFrame indexed by
+    model with ``model_type``, one column per corruption (mean over its severities),
+    ``synthetic_er`` (mean over every setting, ``NaN`` unless the model has all of them) and
+    ``n_settings``; ``attrs`` holds ``x``, ``scale``, ``settings`` and ``left_out`` (the
+    settings with gaps; not the fits: pandas deep-copies ``attrs`` on every operation).
     """
     testbed.check_setting(x)
-    settings = corruption_settings(testbed) if settings is None else {c: list(v) for c, v in settings.items()}
+    left_out: list[str] = []
+    if settings is None:
+        settings, left_out = complete_severities(testbed, corruption_settings(testbed))
+    else:
+        settings = {c: list(v) for c, v in settings.items()}
     if not settings:
         raise DataError(f"testbed {testbed.name!r} has no corruption settings (e.g. imagenet-c.fog.3_in-memory)")
     per_setting: dict[str, pd.Series] = {}
@@ -85,7 +115,7 @@ def synthetic_effective_robustness(
     out[SYNTHETIC] = table.loc[evaluated].mean(axis=1, skipna=False)
     out["n_settings"] = table.loc[evaluated].notna().sum(axis=1)
     out.index.name = "model"
-    out.attrs.update(x=x, scale=scale, settings=settings)
+    out.attrs.update(x=x, scale=scale, settings=settings, left_out=left_out)
     return out
 
 

@@ -30,7 +30,7 @@ import plotly.io as pio
 
 from shiftbench.analysis import most_effectively_robust
 from shiftbench.analysis.synthetic import (
-    IMAGENET_C_PATTERN, STANDARD_LIKE, SYNTHETIC, corruption_correlations, corruption_settings,
+    IMAGENET_C_PATTERN, STANDARD_LIKE, SYNTHETIC, complete_severities, corruption_correlations, corruption_settings,
     synthetic_effective_robustness)
 from shiftbench.errors import ConfigError, ShiftbenchError
 from shiftbench.report.figures import (
@@ -326,7 +326,9 @@ def _synthetic(ctx: ReportContext, tb: TestbedReport) -> tuple[pd.DataFrame, Shi
     natural = next((a for a in candidates if a.shift.label == NATURAL_REFERENCE), candidates[0] if candidates else None)
     if settings and natural is not None and x in t.settings:
         try:
+            settings, left_out = complete_severities(t, settings)
             syn = synthetic_effective_robustness(t, x, settings, ctx.scale)
+            syn.attrs["left_out"] = left_out
             result = (syn, natural, x)
         except ShiftbenchError:
             result = None
@@ -364,6 +366,11 @@ class SyntheticSection(Section):
                  f"natural effective robustness is on {esc(label)}."
                  + (f" Pearson r = {r:.2f} (p = {overall['pearson_p']:.2g})." if r is not None
                     else f" No correlation: {esc(overall['note'])}.") + "</p>"]
+        left_out = syn.attrs.get("left_out") or []
+        if left_out:
+            parts.append(f'<p class="sb-note">Left out as gaps in the data ({len(left_out)} setting{"s" if len(left_out) > 1 else ""}): a model has '
+                         "every other severity of the corruption but not these, so averaging over them would drop "
+                         "it: " + ", ".join(f"<code>{esc(s)}</code>" for s in left_out) + ".</p>")
         title = f"Synthetic vs natural effective robustness ({tb.testbed.name})"
         parts.append(ctx.plot(synthetic_figure(frame, natural_label=label, r=r, title=title)))
         parts.append(ctx.static_figure(plot_synthetic_vs_natural(frame, natural_label=label, r=r),
