@@ -50,3 +50,16 @@ def test_missing_benchmark_cell_names_the_setting():
 def test_corruption_accuracy_averages_severities():
     acc = corruption_accuracy(tiny(30, 60), "mine")
     assert acc["fog"] == pytest.approx(100 - 33.0)
+
+
+def test_a_corruption_incomplete_for_the_normaliser_uses_the_fallback_cells_for_both():
+    tb = tiny(30.0, 60.0)
+    acc = tb.accuracies.copy()
+    for s in SEVERITIES:                       # on-disk cells: model errors 40 + s, AlexNet 50 + s
+        acc[f"imagenet-c.fog.{s}_on-disk"] = [100 - (40.0 + s), 100 - (50.0 + s)]
+    acc.loc["alexnet", "imagenet-c.fog.1_in-memory"] = np.nan   # the normaliser's in-memory fog has a gap
+    r = mce(Testbed(acc, name="tiny"), "mine")
+    fog = r["table"].loc["fog"]
+    assert fog["mode"] == fog["normaliser_mode"] == "on-disk"
+    assert fog["CE"] == pytest.approx(100 * 215 / 265)          # both from disk, not in-memory over on-disk
+    assert (r["table"].drop("fog")["mode"] == "in-memory").all()

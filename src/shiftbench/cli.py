@@ -263,6 +263,10 @@ def mce_cmd(testbed: TestbedOpt,
         t.add_row(c + ("" if row["benchmark"] else " (extra)"), f"{row['CE']:.1f}", f"{row['relative_CE']:.1f}",
                   f"{row['mean_error']:.1f}")
     out.print(t)
+    fell_back = [c for c, row in table.iterrows() if row["mode"] != mode]
+    if fell_back:
+        out.print(f"{', '.join(fell_back)}: {mode} cells incomplete for {model} or the normaliser; "
+                  f"{table.loc[fell_back[0], 'mode']} cells used for both", markup=False, highlight=False)
 
 
 # ---------------------------------------------------------------------------- evaluation

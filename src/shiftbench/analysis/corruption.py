@@ -14,6 +14,8 @@ used). Settings are named ``imagenet-c.<corruption>.<severity>_<mode>``.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 import pandas as pd
 
@@ -28,22 +30,27 @@ SEVERITIES = (1, 2, 3, 4, 5)
 
 
 def _errors(testbed: Testbed, model: str, mode: str, clean: str,
-            fallback: str | None = None) -> tuple[pd.DataFrame, float]:
+            fallback: str | None = None, force: Iterable[str] = ()) -> tuple[pd.DataFrame, float, dict[str, str]]:
+    """Errors per corruption x severity, the clean error, and the mode each corruption's cells
+    came from (``fallback`` when the ``mode`` cells are incomplete, or for the corruptions in
+    ``force``)."""
     testbed.check_model(model)
     acc = testbed.accuracies.loc[model]
-    rows = {}
+    rows, used = {}, {}
     for c in BENCHMARK + EXTRA:
         vals = [acc.get(f"imagenet-c.{c}.{s}_{mode}", np.nan) for s in SEVERITIES]
-        if fallback and not np.isfinite(vals).all():
+        used[c] = mode
+        if fallback and (c in force or not np.isfinite(vals).all()):
             vals = [acc.get(f"imagenet-c.{c}.{s}_{fallback}", np.nan) for s in SEVERITIES]
+            used[c] = fallback
         rows[c] = [100.0 - v for v in vals]
     clean_acc = acc.get(clean, np.nan)
-    return pd.DataFrame(rows, index=list(SEVERITIES)).T, 100.0 - float(clean_acc)
+    return pd.DataFrame(rows, index=list(SEVERITIES)).T, 100.0 - float(clean_acc), used
 
 
 def corruption_accuracy(testbed: Testbed, model: str, *, mode: str = "in-memory") -> pd.Series:
     """Mean accuracy (percent) over the five severities of each corruption (NaN if any is missing)."""
-    err, _ = _errors(testbed, model, mode, "val")
+    err, _, _ = _errors(testbed, model, mode, "val")
     return (100.0 - err).mean(axis=1, skipna=False).rename(model)
 
 
@@ -59,20 +66,26 @@ def mce(
 ) -> dict[str, object]:
     """mCE and relative mCE of ``model`` (percent), with the per-corruption CE table.
 
-    A corruption whose five ``mode`` cells are incomplete uses its ``fallback_mode`` cells
-    (the reference testbed has glass blur only on disk: it was too slow to generate in memory).
+    A corruption whose five ``mode`` cells are incomplete, for the model or the normaliser, uses
+    its ``fallback_mode`` cells for both (the reference testbed has glass blur only on disk: it
+    was too slow to generate in memory).
     Returns ``{"mCE", "relative_mCE", "table"}`` where ``table`` has one row per corruption
-    (``CE``, ``relative_CE``, ``mean_error``, ``benchmark``). Raises DataError naming the
+    (``CE``, ``relative_CE``, ``mean_error``, ``benchmark``, and the ``mode`` and
+    ``normaliser_mode`` whose cells were used, so a fallback is visible). Raises DataError naming the
     first missing setting when a benchmark corruption is incomplete.
     """
-    err, clean_err = _errors(testbed, model, mode, clean, fallback_mode)
+    err, clean_err, used = _errors(testbed, model, mode, clean, fallback_mode)
     if normaliser in testbed.models and np.isfinite(testbed.accuracies.loc[normaliser].get(clean, np.nan)):
         ref_tb = testbed
     else:
         from shiftbench.reference import load_testbed
 
         ref_tb = reference or load_testbed("imagenet-reference")
-    ref_err, ref_clean = _errors(ref_tb, normaliser, mode, clean, fallback_mode)
+    ref_err, ref_clean, ref_used = _errors(ref_tb, normaliser, mode, clean, fallback_mode)
+    mixed = [c for c in used if used[c] != ref_used[c]]
+    if mixed:   # model and normaliser from the same cells: the fallback for both
+        err, clean_err, used = _errors(testbed, model, mode, clean, fallback_mode, force=mixed)
+        ref_err, ref_clean, ref_used = _errors(ref_tb, normaliser, mode, clean, fallback_mode, force=mixed)
     missing = [(c, s) for c in BENCHMARK for s in SEVERITIES if not np.isfinite(err.at[c, s])]
     if missing:
         c, s = missing[0]
@@ -86,6 +99,8 @@ def mce(
         / (ref_err - ref_clean).sum(axis=1, skipna=False),
         "mean_error": err.mean(axis=1, skipna=False),
         "benchmark": [c in BENCHMARK for c in err.index],
+        "mode": [used[c] for c in err.index],
+        "normaliser_mode": [ref_used[c] for c in err.index],
     })
     bench = table[table["benchmark"]]
     return {"mCE": float(bench["CE"].mean()), "relative_mCE": float(bench["relative_CE"].mean()), "table": table}
