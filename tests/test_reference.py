@@ -93,6 +93,20 @@ def test_imagenet_c_cells_equal_to_clean_accuracy_are_left_out_and_kept_in_the_r
     assert on_disk < raw.accuracies.loc["senet154", "val"] - 5
 
 
+def test_every_accuracy_is_a_whole_number_of_examples_with_the_corrected_counts(imagenet):
+    """The published counts of ImageNet-Sketch (50,000) and YTBB-Robust pm-k (2,530) do not divide
+    the published accuracies; 50,889 and 2,030 divide every one of them, and every other cell of
+    the testbed is a whole count of its stated size."""
+    from shiftbench.reference.imagenet import SIZE_CORRECTIONS, count_mismatches
+
+    assert count_mismatches(imagenet.accuracies, imagenet.sizes).sum() == 0
+    raw = load_testbed("imagenet-reference-raw")
+    wrong = count_mismatches(raw.accuracies, raw.sizes)
+    assert set(wrong[wrong > 300].index) == set(SIZE_CORRECTIONS) and wrong.drop(list(SIZE_CORRECTIONS)).sum() == 0
+    assert raw.sizes["imagenet-sketch"].dropna().eq(50000).all() and imagenet.sizes["imagenet-sketch"].eq(50889).all()
+    assert imagenet.sizes["ytbb-robust_pm10"].eq(2030).all()
+
+
 def test_imagenet_reference_has_the_published_model_types(imagenet):
     assert imagenet.model_types["resnet50"] == "STANDARD"
     assert (imagenet.model_types == "STANDARD").sum() == 87

@@ -53,13 +53,33 @@ def defective_cells(accuracies: pd.DataFrame | None = None) -> pd.DataFrame:
         ["setting", "model"], ignore_index=True)
 
 
+#: Published example counts that do not divide the published accuracies, and the counts that
+#: do: every one of the 335 accuracies on ImageNet-Sketch is a whole number of its 50,889 images
+#: (the dataset's real size; the file says 50,000), and on YTBB-Robust pm-0/pm-10 a whole number
+#: of 2,030 anchors (the file says 2,530). The counts enter the Clopper-Pearson intervals.
+SIZE_CORRECTIONS = {"imagenet-sketch": 50889, "ytbb-robust_pm0": 2030, "ytbb-robust_pm10": 2030}
+
+
+def count_mismatches(accuracies: pd.DataFrame, sizes: pd.DataFrame, tol: float = 0.01) -> pd.Series:
+    """Per setting, how many accuracies are not a whole number of correct examples out of the
+    stated size (``acc * n / 100`` more than ``tol`` from an integer)."""
+    n = sizes.reindex(index=accuracies.index, columns=accuracies.columns)
+    k = accuracies * n / 100
+    off = ((k - k.round()).abs() > tol) & accuracies.notna() & n.notna()
+    return off.sum().rename("mismatches")
+
+
 @register_testbed("imagenet-reference", "Taori et al. 2020: 338 ImageNet models x 213 settings (MIT); "
-                  "the 543 ImageNet-C cells equal to clean accuracy left out (see imagenet-reference-raw)")
+                  "the 543 ImageNet-C cells equal to clean accuracy left out and 3 example counts corrected "
+                  "(see imagenet-reference-raw)")
 def imagenet_reference() -> Testbed:
-    """Taori et al.'s files with the :func:`defective_cells` left empty (accuracy and size)."""
+    """Taori et al.'s files with the :func:`defective_cells` left empty (accuracy and size) and the
+    example counts of :data:`SIZE_CORRECTIONS` corrected."""
     acc, sizes, meta = _read()
     bad = defective_cells(acc)
     acc, sizes = acc.copy(), sizes.copy()
+    for setting, n in SIZE_CORRECTIONS.items():
+        sizes[setting] = float(n)
     for setting, models in bad.groupby("setting")["model"]:
         acc.loc[list(models), setting] = float("nan")
         sizes.loc[sizes.index.intersection(list(models)), setting] = float("nan")
@@ -67,7 +87,7 @@ def imagenet_reference() -> Testbed:
 
 
 @register_testbed("imagenet-reference-raw", "Taori et al. 2020 exactly as published, defective ImageNet-C "
-                  "cells included")
+                  "cells and example counts included")
 def imagenet_reference_raw() -> Testbed:
     acc, sizes, meta = _read()
     return Testbed(acc, sizes, meta, name="imagenet-reference-raw", source="imagenet-reference-raw")
