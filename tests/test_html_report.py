@@ -195,6 +195,8 @@ def test_reference_testbed_report_is_under_15_mb(name, tmp_path):
     size = path.stat().st_size
     assert size < 15 * MB, f"{name}: {size / MB:.1f} MB"
     doc = path.read_text()
+    notes = doc.count('<p class="sb-note">Data note: ')
+    assert notes == (2 if name == "imagenet-reference" else 0)     # defective cells, corrected counts
     fitted = 9 if name == "imagenet-reference" else 4
     extra = 2 if name == "imagenet-reference" else 0           # synthetic scatter + per-corruption bars
     diagnostics = 2                                                # r2 heatmap + metric informativeness

@@ -24,6 +24,19 @@ def register_testbed(name: str, description: str) -> Callable[[Callable[[], Test
     return wrap
 
 
+_NOTES: dict[str, list[str]] = {}
+
+
+def register_data_note(name: str, note: str) -> None:
+    """Attach a note about the data of reference testbed ``name`` (what was corrected, and why)."""
+    _NOTES.setdefault(name, []).append(note)
+
+
+def data_notes(name: str) -> list[str]:
+    """The data notes of a reference testbed, or of each part of a merged ``a+b`` name."""
+    return [n for part in str(name).split("+") for n in _NOTES.get(part, [])]
+
+
 def list_testbeds() -> dict[str, str]:
     """Names of the shipped testbeds and a one-line description of each."""
     return {name: desc for name, (_, desc) in _REGISTRY.items()}

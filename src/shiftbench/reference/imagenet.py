@@ -5,7 +5,7 @@ import re
 
 import pandas as pd
 
-from shiftbench.reference import data_path, register_testbed
+from shiftbench.reference import data_path, register_data_note, register_testbed
 from shiftbench.testbed import Testbed
 
 _C_SETTING = re.compile(r"^imagenet-c\.(?P<corruption>\w+)\.(?P<severity>\d)_(?P<mode>in-memory|on-disk)$")
@@ -91,3 +91,12 @@ def imagenet_reference() -> Testbed:
 def imagenet_reference_raw() -> Testbed:
     acc, sizes, meta = _read()
     return Testbed(acc, sizes, meta, name="imagenet-reference-raw", source="imagenet-reference-raw")
+
+
+register_data_note("imagenet-reference",
+                   "543 published ImageNet-C severity-1 in-memory accuracies equal the model's clean val accuracy "
+                   "exactly (the corruption was not applied) and are left out; "
+                   "shiftbench.reference.imagenet.defective_cells() lists them.")
+register_data_note("imagenet-reference",
+                   "Example counts corrected to the ones that divide every published accuracy: ImageNet-Sketch "
+                   "50,889 (published 50,000), YTBB-Robust pm-0/pm-10 2,030 (published 2,530).")

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from shiftbench.analysis.scaling import check_scale
 from shiftbench.errors import ConfigError
+from shiftbench.reference import data_notes
 from shiftbench.report.figures import FORMATS
 from shiftbench.report.sections import ReportContext, Rendered, TestbedReport, esc, render_sections
 from shiftbench.report.shifts import NATURAL_SHIFTS, ShiftPair, analyse_shift
@@ -153,8 +154,9 @@ def _body(ctx: ReportContext, title: str) -> str:
         target = ctx.steps + len(tbr.analyses) + 1
         rendered = render_sections(ctx, "testbed", tbr)
         groups.append((tbr.testbed.name, tbr.anchor, rendered))
+        notes = "".join(f'<p class="sb-note">Data note: {esc(n)}</p>' for n in data_notes(tbr.testbed.source))
         blocks.append(f'<section class="sb-testbed" id="{esc(tbr.anchor)}"><h2>{esc(tbr.testbed.name)}</h2>'
-                      + "".join(r.html for r in rendered) + "</section>")
+                      + notes + "".join(r.html for r in rendered) + "</section>")
         while ctx.steps < target:                           # shifts without data draw nothing
             ctx.step(f"{tbr.testbed.name}: sections")
     for r in render_sections(ctx, "report", None):
