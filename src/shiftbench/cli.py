@@ -31,8 +31,11 @@ out = Console(soft_wrap=True, emoji=False, highlight=False, markup=False, width=
 err = Console(stderr=True, soft_wrap=True, emoji=False, highlight=False, markup=False)
 _state = {"debug": False}
 
-TestbedOpt = Annotated[str, typer.Option("--testbed", "-t", help="Reference name (imagenet-reference, "
-                                         "timm-reference, a+b to merge) or a path to a CSV/Parquet table.")]
+TestbedOpt = Annotated[Optional[list[str]], typer.Option(
+    "--testbed", "-t", help="Reference name (imagenet-reference, timm-reference), a CSV/Parquet table or a results "
+    "store. Repeat (or join with +) to merge left to right, e.g. -t imagenet-reference -t mine.csv.")]
+StoreAddOpt = Annotated[Optional[Path], typer.Option(
+    "--store", help="A results store (`shiftbench eval`): its models join the testbed, as with another --testbed.")]
 XOpt = Annotated[str, typer.Option("--x", help="In-distribution setting (x axis), e.g. val.")]
 YOpt = Annotated[str, typer.Option("--y", help="Shifted setting (y axis), e.g. imagenetv2-matched-frequency-format-val.")]
 ScaleOpt = Annotated[str, typer.Option("--scale", help="Axis scaling: logit, probit or linear.")]
@@ -56,6 +59,32 @@ def Table(*headers: str, **kwargs) -> _RichTable:  # noqa: N802 - a drop-in for 
     for h in headers:
         table.add_column(h, overflow="fold")
     return table
+
+
+def _testbed(testbeds: list[str] | None, store: Path | None = None):
+    """The testbeds given (``--testbed``, repeatable, and ``--store``) merged left to right; what
+    the merge did (example counts taken from a reference, aliases) goes to stderr."""
+    from shiftbench.reference import load_testbed
+
+    if not testbeds and store is None:
+        raise ConfigError("no testbed given; pass --testbed imagenet-reference (or timm-reference, a "
+                          "CSV/Parquet table, a results store), repeatable to merge")
+    if store is not None and not store.is_dir():
+        raise ConfigError(f"{store}: no results store there; pass the --store directory that `shiftbench eval` wrote")
+    tb = load_testbed(list(testbeds or []), store=store)
+    for note in tb.notes:
+        err.print(f"note: {note}")
+    return tb
+
+
+def _fit_used(tb, fit) -> None:
+    """Say on stderr which models the trend was fitted on, and which added models it left out."""
+    left_out = [m for m in tb.added if m not in set(tb.resolve(list(fit.fit_on)))]
+    if left_out:
+        types = ", ".join(sorted({tb.model_types[m] for m in left_out}))
+        err.print(f"note: trend fitted on {fit.n_models} models ({', '.join(fit.fit_on)}); not fitted: "
+                  f"{len(left_out)} added model(s) of type {types} ({', '.join(left_out[:5])}"
+                  f"{', ...' if len(left_out) > 5 else ''}); --fit-on to change")
 
 
 def _fit_on(values: list[str] | None) -> tuple[str, ...]:
@@ -99,17 +128,16 @@ def list_testbeds_cmd() -> None:
         typer.echo(f"{name}\t{desc}")
 
 
-OptTestbedOpt = Annotated[Optional[str], typer.Option(
-    "--testbed", "-t", help="A testbed (reference name or table path); without it, what shiftbench can evaluate.")]
+OptTestbedOpt = Annotated[Optional[list[str]], typer.Option(
+    "--testbed", "-t", help="A testbed (reference name, table path or results store; repeat to merge); without it, "
+    "what shiftbench can evaluate.")]
 
 
 @list_app.command("settings")
 def list_settings(testbed: OptTestbedOpt = None,
                   long: Annotated[bool, typer.Option("--long", "-l", help="Show a table with counts.")] = False) -> None:
     """Settings, one per line: of a testbed, or (without --testbed) those `shiftbench eval` can run."""
-    from shiftbench.reference import load_testbed
-
-    if testbed is None:
+    if not testbed:
         from shiftbench.settings import list_settings as registered
 
         settings = registered()
@@ -123,7 +151,7 @@ def list_settings(testbed: OptTestbedOpt = None,
             table.add_row(name, desc)
         out.print(table)
         return
-    tb = load_testbed(testbed)
+    tb = _testbed(testbed)
     if not long:
         typer.echo("\n".join(tb.settings))
         return
@@ -148,15 +176,13 @@ def list_models(testbed: OptTestbedOpt = None,
                 model_type: Annotated[Optional[str], typer.Option("--type", help="Only this model type.")] = None,
                 long: Annotated[bool, typer.Option("--long", "-l", help="Show type and architecture.")] = False) -> None:
     """Models of a testbed, one per line; without --testbed, the model sources `eval` accepts."""
-    from shiftbench.reference import load_testbed
-
-    if testbed is None:
+    if not testbed:
         from shiftbench.models import list_sources
 
         for name, desc in list_sources().items():
             typer.echo(f"{name}\t{desc}")
         return
-    tb = load_testbed(testbed)
+    tb = _testbed(testbed)
     models = tb.models if model_type is None else tb.resolve([f"type:{model_type}"])
     if not long:
         typer.echo("\n".join(models))
@@ -170,13 +196,12 @@ def list_models(testbed: OptTestbedOpt = None,
 
 # ---------------------------------------------------------------------------- analysis
 @app.command("fit")
-def fit_cmd(testbed: TestbedOpt, x: XOpt, y: YOpt, scale: ScaleOpt = "logit", fit_on: FitOnOpt = None,
-            pivot: PivotOpt = None, as_json: JsonOpt = False) -> None:
+def fit_cmd(x: XOpt, y: YOpt, testbed: TestbedOpt = None, store: StoreAddOpt = None, scale: ScaleOpt = "logit",
+            fit_on: FitOnOpt = None, pivot: PivotOpt = None, as_json: JsonOpt = False) -> None:
     """Fit the trend of y on x over the chosen models (default: STANDARD)."""
-    from shiftbench.reference import load_testbed
-
-    tb = load_testbed(testbed)
+    tb = _testbed(testbed, store)
     fit = _fit(tb, x, y, scale, _fit_on(fit_on), _pivot(pivot))
+    _fit_used(tb, fit)
     d = fit.to_dict()
     if as_json:
         print(json.dumps({k: _clean(v) for k, v in d.items()}))
@@ -193,16 +218,16 @@ def fit_cmd(testbed: TestbedOpt, x: XOpt, y: YOpt, scale: ScaleOpt = "logit", fi
 
 
 @app.command("effective-robustness")
-def er_cmd(testbed: TestbedOpt, x: XOpt, y: YOpt, scale: ScaleOpt = "logit", fit_on: FitOnOpt = None,
-           pivot: PivotOpt = None,
+def er_cmd(x: XOpt, y: YOpt, testbed: TestbedOpt = None, store: StoreAddOpt = None, scale: ScaleOpt = "logit",
+           fit_on: FitOnOpt = None, pivot: PivotOpt = None,
            top: Annotated[Optional[int], typer.Option("--top", help="Only the N most effectively robust models.")] = None,
            as_json: JsonOpt = False) -> None:
     """Effective robustness (percentage points) of every model: y minus the trend's prediction."""
     from shiftbench.analysis import effective_robustness, most_effectively_robust
-    from shiftbench.reference import load_testbed
 
-    tb = load_testbed(testbed)
+    tb = _testbed(testbed, store)
     fit = _fit(tb, x, y, scale, _fit_on(fit_on), _pivot(pivot))
+    _fit_used(tb, fit)
     er = effective_robustness(x, y, testbed=tb, fit=fit)
     er = most_effectively_robust(er, top) if top is not None else er.sort_values("effective_robustness", ascending=False)
     rows = er.reset_index()[["model", "model_type", "x_acc", "y_acc", "predicted_y_acc", "effective_robustness",
@@ -222,35 +247,37 @@ def er_cmd(testbed: TestbedOpt, x: XOpt, y: YOpt, scale: ScaleOpt = "logit", fit
 
 
 @app.command("plot")
-def plot_cmd(testbed: TestbedOpt, x: XOpt, y: YOpt,
+def plot_cmd(x: XOpt, y: YOpt,
              output: Annotated[Path, typer.Option("--output", "-o", help="Figure file: .png, .svg or .pdf.")],
-             scale: ScaleOpt = "logit", fit_on: FitOnOpt = None, pivot: PivotOpt = None,
+             testbed: TestbedOpt = None, store: StoreAddOpt = None, scale: ScaleOpt = "logit", fit_on: FitOnOpt = None, pivot: PivotOpt = None,
              ci: Annotated[float, typer.Option("--ci", help="Clopper-Pearson level of the error bars.")] = 0.995,
-             highlight: Annotated[Optional[list[str]], typer.Option("--highlight", help="Label these models.")] = None,
+             highlight: Annotated[Optional[list[str]], typer.Option(
+                 "--highlight", help="Mark and label these models (default: the models of the tables and stores "
+                 "added to a reference testbed).")] = None,
              ) -> None:
     """Scatter of y against x with the fitted trend, its bootstrap band and y = x."""
-    from shiftbench.reference import load_testbed
     from shiftbench.report import plot_trend, save_figure
     from shiftbench.report.figures import FORMATS
 
     if output.suffix.lower() not in FORMATS:
         raise typer.BadParameter(f"{output}: use a .png, .svg or .pdf file name", param_hint="-o")
-    tb = load_testbed(testbed)
+    tb = _testbed(testbed, store)
     fit = _fit(tb, x, y, scale, _fit_on(fit_on), _pivot(pivot))
-    path = save_figure(plot_trend(tb, x, y, fit=fit, ci=ci, highlight=highlight or ()), output)
+    _fit_used(tb, fit)
+    marked = [tb.check_model(m) for m in highlight] if highlight else tb.added
+    path = save_figure(plot_trend(tb, x, y, fit=fit, ci=ci, highlight=marked), output)
     typer.echo(f"wrote {path}")
 
 
 @app.command("mce")
-def mce_cmd(testbed: TestbedOpt,
-            model: Annotated[str, typer.Option("--model", help="Model whose corruption errors to summarise.")],
+def mce_cmd(model: Annotated[str, typer.Option("--model", help="Model whose corruption errors to summarise.")],
+            testbed: TestbedOpt = None, store: StoreAddOpt = None,
             mode: Annotated[str, typer.Option("--mode", help="in-memory or on-disk ImageNet-C settings.")] = "in-memory",
             as_json: JsonOpt = False) -> None:
     """mCE and relative mCE (normalised by AlexNet) with the per-corruption table."""
     from shiftbench.analysis import mce
-    from shiftbench.reference import load_testbed
 
-    res = mce(load_testbed(testbed), model, mode=mode)
+    res = mce(_testbed(testbed, store), model, mode=mode)
     table = res["table"]
     if as_json:
         print(json.dumps({"model": model, "mCE": res["mCE"], "relative_mCE": res["relative_mCE"],
@@ -382,7 +409,7 @@ def _progress() -> Progress:
 
 
 def _html_report(testbeds, output: Path, *, store: Path | None, n_resamples: int, scale: str = "logit",
-                 shifts=None) -> Path:
+                 shifts=None, highlight=()) -> Path:
     """write_html_report with a progress bar on stderr."""
     from shiftbench.report import NATURAL_SHIFTS, write_html_report
     from shiftbench.report.html import n_steps
@@ -395,8 +422,9 @@ def _html_report(testbeds, output: Path, *, store: Path | None, n_resamples: int
             progress.update(task, description=f"HTML report: {label}")
             progress.advance(task)
 
+        extra = {"highlight": list(highlight)} if highlight else {}
         path = write_html_report(testbeds, output, store=store, shifts=shifts, n_resamples=n_resamples,
-                                 scale=scale, on_step=step)
+                                 scale=scale, on_step=step, **extra)
         progress.update(task, description="HTML report written")
     return path
 
@@ -405,21 +433,30 @@ def _html_report(testbeds, output: Path, *, store: Path | None, n_resamples: int
 def report_cmd(
     output: Annotated[Path, typer.Option("--output", "-o", help="Report directory (index.html, figures, tables).")],
     testbed: Annotated[Optional[list[str]], typer.Option(
-        "--testbed", "-t", help="Reference name or CSV/Parquet path. Repeatable; default: imagenet-reference and "
-        "timm-reference.")] = None,
+        "--testbed", "-t", help="Reference name, CSV/Parquet table or results store. Repeatable: merged left to "
+        "right, added models highlighted; default: imagenet-reference and timm-reference, each on its own.")] = None,
     store: Annotated[Optional[Path], typer.Option("--store", help="A results store: adds its calibration, model similarity "
                                           "and stored studies (trajectories, resolution sweeps, compositing, "
-                                          "replication, attribute shifts).")] = None,
+                                          "replication, attribute shifts); with --testbed its models join the "
+                                          "testbed too.")] = None,
     scale: ScaleOpt = "logit",
     n_resamples: Annotated[int, typer.Option("--resamples", help="Bootstrap resamples per band.")] = 1000,
 ) -> None:
-    """Write a self-contained interactive HTML report (index.html) plus static figures and tables."""
+    """Write a self-contained interactive HTML report (index.html) plus static figures and tables.
+
+    Without --testbed: both reference testbeds, each in its own section. With --testbed (and
+    --store): the testbeds given merged left to right into one, the added models highlighted
+    on every figure and placed in a "Your models" table."""
     from shiftbench.reference import load_testbed
 
     if store is not None and not store.is_dir():   # before any work or progress bar
         raise ConfigError(f"{store}: no results store there; pass the --store directory that `shiftbench eval` wrote")
-    testbeds = [load_testbed(t) for t in (testbed or REFERENCE_TESTBEDS)]
-    path = _html_report(testbeds, output, store=store, n_resamples=n_resamples, scale=scale)
+    if testbed:
+        merged = _testbed(testbed, store)
+        testbeds, highlight = [merged], merged.added
+    else:
+        testbeds, highlight = [load_testbed(t) for t in REFERENCE_TESTBEDS], []
+    path = _html_report(testbeds, output, store=store, n_resamples=n_resamples, scale=scale, highlight=highlight)
     typer.echo(f"report: {path.resolve()}")
 
 

@@ -57,6 +57,34 @@ ALL = "all"
 _DEFAULT_NA = ("", "NA", "N/A", "NaN", "nan", "null", "NULL", "None", "-nan", "#N/A")
 
 
+def written_decimals(values: np.ndarray) -> np.ndarray:
+    """Decimals each value is written with: those of its shortest round-trip representation
+    (``76.13`` -> 2, ``76.1300048828125`` -> 13, ``76.0`` -> 0); ``NaN`` -> 0."""
+    flat = np.asarray(values, dtype=float).ravel()
+    out = np.zeros(flat.shape, dtype=int)
+    for i, v in enumerate(flat):
+        if np.isfinite(v):
+            text = np.format_float_positional(v, trim="-")
+            out[i] = len(text.partition(".")[2])
+    return out.reshape(np.shape(values))
+
+
+def agree_to_written_precision(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Elementwise: ``a`` and ``b`` are equal to the precision of the less precisely written.
+
+    With ``d`` the fewer decimals of the two (:func:`written_decimals`), they agree when
+    ``|a - b| <= 0.5 * 10**-d`` (so a table's 76.13 equals a float32 76.1300048828125, and
+    76.13 differs from 76.16). ``NaN`` never agrees.
+
+    >>> agree_to_written_precision(np.array([76.13, 76.13, 63.2]), np.array([76.1300048828125, 76.16, 63.21]))
+    array([ True, False,  True])
+    """
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    d = np.minimum(written_decimals(a), written_decimals(b))
+    with np.errstate(invalid="ignore"):
+        return np.abs(a - b) <= 0.5 * 10.0 ** (-d.astype(float)) * (1 + 1e-9)
+
+
 def _as_tags(value: object) -> tuple[str, ...]:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ()
@@ -81,6 +109,10 @@ class Testbed:
         A short name used in messages, figures and reports.
     source:
         Where the table came from (a file path or a reference name), used in error messages.
+    notes:
+        Sentences about what was done to the data on the way in (kept by ``merge``).
+    added:
+        Models added to a reference testbed by the user (kept by ``merge`` and ``select``).
     """
 
     def __init__(
@@ -91,9 +123,14 @@ class Testbed:
         *,
         name: str = "testbed",
         source: str | None = None,
+        notes: Iterable[str] = (),
+        added: Iterable[str] = (),
     ) -> None:
         self.name = name
         self.source = source or name
+        #: what was done to the data on the way in (e.g. example counts taken from a reference
+        #: testbed, a setting renamed from an alias), one sentence each; the CLI prints them
+        self.notes: list[str] = list(dict.fromkeys(notes))
         acc = accuracies.copy()
         acc.index = acc.index.astype(str)
         acc.index.name = "model"
@@ -109,6 +146,9 @@ class Testbed:
             sizes = pd.DataFrame(index=acc.index, columns=acc.columns, dtype=float)
         self.sizes = sizes.reindex(index=acc.index, columns=acc.columns).astype(float)
         self.metadata = self._complete_metadata(metadata, acc.index)
+        #: models that came from a user's table or results store rather than a shipped reference
+        #: testbed (set by ``load_testbed``); figures and the report highlight them
+        self.added: list[str] = [m for m in dict.fromkeys(added) if m in self.accuracies.index]
 
     # ------------------------------------------------------------------ validation
     def _validated(self, acc: pd.DataFrame) -> pd.DataFrame:
@@ -377,28 +417,48 @@ class Testbed:
             rows = [m for m in rows if wanted_tags & set(self.metadata.at[m, "tags"])]
         cols = self.settings if settings is None else [self.check_setting(s) for s in settings]
         return Testbed(self.accuracies.loc[rows, cols], self.sizes.loc[rows, cols],
-                       self.metadata.loc[rows], name=name or self.name, source=self.source)
+                       self.metadata.loc[rows], name=name or self.name, source=self.source,
+                       notes=self.notes, added=self.added)
 
-    def merge(self, other: Testbed, *, on_conflict: str = "error", name: str | None = None) -> Testbed:
+    def merge(self, other: Testbed, *, on_conflict: str = "error", name: str | None = None,
+              aliases: Mapping[str, str] | None = None) -> Testbed:
         """Union of two testbeds (models and settings).
 
-        A model in both keeps the union of its cells. Where both have a value for the same
-        cell and the values differ by more than 1e-6, ``on_conflict`` decides: ``"error"``
-        (default), ``"left"`` (keep ``self``) or ``"right"`` (keep ``other``).
+        A model in both keeps the union of its cells. Two values of the same cell are equal
+        when they agree to the precision written (:func:`agree_to_written_precision`: 76.13
+        and 76.1300048828125 agree, 76.13 and 76.16 do not); otherwise ``on_conflict``
+        decides: ``"error"`` (default: the error prints both numbers at full precision),
+        ``"left"`` (keep ``self``) or ``"right"`` (keep ``other``).
+
+        ``other``'s missing example counts are filled from ``self`` where ``self`` has one
+        count for the setting (a reference testbed's dataset size), so Clopper-Pearson
+        intervals of an added table without ``<setting>_dataset_size`` columns are not
+        silently too narrow. ``aliases`` maps other spellings of a setting to ``self``'s
+        name (``{"imagenetv2": "imagenetv2-matched-frequency-format-val"}``); a column of
+        ``other`` named by an alias that ``self`` does not have is renamed. Both are said in
+        :attr:`notes`.
         """
         if on_conflict not in ("error", "left", "right"):
             raise ConfigError(f"on_conflict={on_conflict!r}; use 'error', 'left' or 'right'")
+        notes = list(self.notes) + list(other.notes)
+        other, renamed = other._renamed_aliases(aliases or {}, self.settings)
+        notes += renamed
+        other, filled = other._sizes_from(self)
+        notes += filled
         a, b = self.accuracies, other.accuracies
         common_rows = a.index.intersection(b.index)
         common_cols = a.columns.intersection(b.columns)
-        if on_conflict == "error" and len(common_rows) and len(common_cols):
+        if len(common_rows) and len(common_cols):
             da, db = a.loc[common_rows, common_cols], b.loc[common_rows, common_cols]
-            clash = (da - db).abs() > 1e-6
-            if clash.to_numpy().any():
+            same = pd.DataFrame(agree_to_written_precision(da.to_numpy(), db.to_numpy()),
+                                index=da.index, columns=da.columns)
+            clash = da.notna() & db.notna() & ~same
+            if on_conflict == "error" and clash.to_numpy().any():
                 model, setting = clash.stack()[lambda s: s].index[0]
                 raise DataError(
-                    f"model {model!r} has {da.at[model, setting]:g} on {setting!r} in {self.name!r} but "
-                    f"{db.at[model, setting]:g} in {other.name!r}; pass on_conflict='left' or 'right'")
+                    f"model {model!r} has {da.at[model, setting]!r} on {setting!r} in {self.name!r} but "
+                    f"{db.at[model, setting]!r} in {other.name!r} ({int(clash.to_numpy().sum())} such "
+                    f"cells); fix one table or pass on_conflict='left' or 'right' to keep one side")
         first, second = (self, other) if on_conflict != "right" else (other, self)
         acc = first.accuracies.combine_first(second.accuracies)
         sizes = first.sizes.combine_first(second.sizes)
@@ -410,7 +470,38 @@ class Testbed:
         order_rows = list(dict.fromkeys(self.models + other.models))
         order_cols = list(dict.fromkeys(self.settings + other.settings))
         return Testbed(acc.loc[order_rows, order_cols], sizes, meta,
-                       name=name or f"{self.name}+{other.name}", source=f"{self.source}+{other.source}")
+                       name=name or f"{self.name}+{other.name}", source=f"{self.source}+{other.source}",
+                       notes=notes, added=self.added + other.added)
+
+    def _renamed_aliases(self, aliases: Mapping[str, str], known: Sequence[str]) -> tuple[Testbed, list[str]]:
+        known_set = set(known)
+        rename = {c: aliases[c] for c in self.settings
+                  if c in aliases and c not in known_set and aliases[c] not in self.settings}
+        if not rename:
+            return self, []
+        notes = [f"{self.source}: setting {old!r} read as {new!r} (a known alias)" for old, new in rename.items()]
+        return Testbed(self.accuracies.rename(columns=rename), self.sizes.rename(columns=rename),
+                       self.metadata, name=self.name, source=self.source,
+                       notes=self.notes, added=self.added), notes
+
+    def _sizes_from(self, reference: Testbed) -> tuple[Testbed, list[str]]:
+        missing = self.accuracies.notna() & self.sizes.isna()
+        taken: dict[str, int] = {}
+        sizes = self.sizes.copy()
+        for setting in self.settings:
+            if setting not in reference.sizes.columns or not missing[setting].any():
+                continue
+            counts = reference.sizes[setting].dropna().unique()
+            if len(counts) == 1:
+                sizes.loc[missing[setting], setting] = float(counts[0])
+                taken[setting] = int(counts[0])
+        if not taken:
+            return self, []
+        listed = ", ".join(f"{s} {n:,}" for s, n in taken.items())
+        note = (f"{self.source}: no example counts for {len(taken)} setting(s); took {reference.name}'s "
+                f"({listed}) for the Clopper-Pearson intervals (add <setting>_dataset_size columns to override)")
+        return Testbed(self.accuracies, sizes, self.metadata, name=self.name, source=self.source,
+                       notes=self.notes, added=self.added), [note]
 
     def with_metadata(self, **columns: Mapping[str, object] | pd.Series) -> Testbed:
         """A copy with metadata columns set or replaced (e.g. ``model_type={...}``)."""
@@ -422,4 +513,5 @@ class Testbed:
                 self.check_model(sorted(unknown)[0])
             meta.loc[series.index, col] = series if col != "tags" else pd.Series(
                 [_as_tags(t) for t in series], index=series.index, dtype=object)
-        return Testbed(self.accuracies, self.sizes, meta, name=self.name, source=self.source)
+        return Testbed(self.accuracies, self.sizes, meta, name=self.name, source=self.source,
+                       notes=self.notes, added=self.added)

@@ -7,8 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-TestbedOpt = Annotated[str, typer.Option("--testbed", "-t", help="Reference name (imagenet-reference, "
-                                         "timm-reference, a+b to merge) or a path to a CSV/Parquet table.")]
+from shiftbench.cli import StoreAddOpt, TestbedOpt
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON only.")]
 
 
@@ -19,7 +18,8 @@ def _split(values: list[str] | None) -> list[str] | None:
 
 
 def informativeness_cmd(
-    testbed: TestbedOpt,
+    testbed: TestbedOpt = None,
+    store: StoreAddOpt = None,
     x: Annotated[str, typer.Option("--x", help="In-distribution setting every classifier gets.")] = "val",
     group: Annotated[Optional[list[str]], typer.Option(
         "--group", help="Model types to tell from the baseline (repeat or comma-separate; default every type "
@@ -36,12 +36,11 @@ def informativeness_cmd(
     """Rank settings by how much their accuracy adds to ID accuracy for telling model groups apart
     (gain in cross-validated balanced accuracy of a logistic regression; Djolonga et al. 2021)."""
     from shiftbench.analysis.informativeness import informativeness_ranking, top_informative
-    from shiftbench.cli import Table, _clean, _progress, out
-    from shiftbench.reference import load_testbed
+    from shiftbench.cli import Table, _clean, _progress, _testbed, out
 
     if top < 1:
         raise typer.BadParameter(f"{top}: show at least 1 setting per group", param_hint="--top")
-    tb = load_testbed(testbed)
+    tb = _testbed(testbed, store)
     kwargs = dict(x=x, groups=_split(group), baseline=baseline, n_resamples=n_resamples, n_folds=folds,
                   min_models=min_models, scale=scale, seed=seed)
     if as_json:
@@ -77,7 +76,8 @@ def informativeness_cmd(
 
 
 def diagnostics_cmd(
-    testbed: TestbedOpt,
+    testbed: TestbedOpt = None,
+    store: StoreAddOpt = None,
     x: Annotated[Optional[str], typer.Option("--x", help="Diagnose every setting against this one (default: the "
                                              "natural shifts the report analyses).")] = None,
     scale: Annotated[Optional[list[str]], typer.Option(
@@ -92,11 +92,10 @@ def diagnostics_cmd(
     """r² (and slope, models) of each shift's trend under each scaling; weak trends flagged."""
     from shiftbench.analysis.diagnostics import trend_diagnostics
     from shiftbench.analysis.scaling import SCALES
-    from shiftbench.cli import Table, _clean, _fit_on, out
-    from shiftbench.reference import load_testbed
+    from shiftbench.cli import Table, _clean, _fit_on, _testbed, out
     from shiftbench.report.shifts import NATURAL_SHIFTS
 
-    tb = load_testbed(testbed)
+    tb = _testbed(testbed, store)
     pairs = None
     if x is None:
         pairs = [s for s in NATURAL_SHIFTS if s.x in tb.settings and s.y in tb.settings]

@@ -161,7 +161,7 @@ def load_checkpoint_source(spec: ModelSpec) -> Built:
     built = load_checkpoint(path, spec.arch, spec.num_classes)
     # what described the architecture's own pretrained weights does not describe these weights
     meta = {k: v for k, v in built.metadata.items() if k in ("arch", "crop_pct", "crop_mode")}
-    meta.update({"checkpoint": str(path.resolve()), "arch_spec": spec.arch, "model_type": "STANDARD",
+    meta.update({"checkpoint": str(path.resolve()), "arch_spec": spec.arch, "model_type": "UNKNOWN",
                  "training_data": "unknown (checkpoint)", "tags": ("checkpoint",)})
     built.metadata = meta
     built.name = path.stem

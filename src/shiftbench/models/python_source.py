@@ -138,7 +138,7 @@ def load_python(spec: ModelSpec) -> Built:
                              f"{' of shape ' + str(tuple(out.shape)) if isinstance(out, torch.Tensor) else ''}, "
                              "not logits of shape (batch, classes)")
         num_classes = int(out.shape[1])
-    meta = {"arch": f"{module_name}.{attr_path}", "model_type": "STANDARD", "training_data": "unknown",
+    meta = {"arch": f"{module_name}.{attr_path}", "model_type": "UNKNOWN", "training_data": "unknown",
             "tags": ("python",), **dict(attrs["metadata"] or {})}
     return Built(net=net, preprocessing=pre, num_classes=int(num_classes), name=f"{module_name}.{attr_path}",
                  fingerprint=str(attrs["fingerprint"] or _fingerprint(net, fn)), metadata=meta,

@@ -28,7 +28,7 @@ from typing import Any
 from shiftbench.errors import ConfigError, did_you_mean
 from shiftbench.models.base import LoadedModel, Preprocessing
 
-DEFAULT_MODEL_TYPE = "STANDARD"
+DEFAULT_MODEL_TYPE = "UNKNOWN"  # a user model never enters a trend fit unless typed (--model-type)
 IMAGENET_LABEL_SPACE = "imagenet-1k"
 
 

@@ -6,7 +6,7 @@ Both are read from package data; nothing is downloaded.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
 
@@ -47,28 +47,96 @@ def _build(name: str) -> Testbed:
     return _REGISTRY[name][0]()
 
 
-def load_testbed(name_or_path: str | Path | Testbed) -> Testbed:
-    """A reference testbed by name (``imagenet-reference``, ``timm-reference``), or a table file.
+#: other spellings of the reference settings, renamed when a user's table is merged onto a
+#: reference testbed that lacks the spelling itself (the merge says so in ``Testbed.notes``)
+SETTING_ALIASES: dict[str, str] = {
+    "imagenetv2": "imagenetv2-matched-frequency-format-val",
+    "imagenet-v2": "imagenetv2-matched-frequency-format-val",
+    "imagenetv2-mf": "imagenetv2-matched-frequency-format-val",
+    "imagenetv2-matched-frequency-format-val-top1": "imagenetv2-matched-frequency-format-val",
+    "imagenet-val": "val",
+    "imagenet": "val",
+    "objectnet": "objectnet-1.0-beta",
+    "sketch": "imagenet-sketch",
+}
 
-    Several names joined by ``+`` are merged, e.g. ``"imagenet-reference+timm-reference"``.
+
+def load_testbed(name_or_path: str | Path | Testbed | Sequence[str | Path | Testbed], *,
+                 store: str | Path | None = None, on_conflict: str = "error") -> Testbed:
+    """A testbed: a reference by name, a table file, a results store, or several of them merged.
+
+    ``name_or_path`` is a reference name (``imagenet-reference``, ``timm-reference``), a
+    ``.csv``/``.parquet`` table (:meth:`Testbed.read`), a results store directory
+    (:meth:`Testbed.from_store`), a :class:`Testbed`, several of these joined by ``+``
+    (``"imagenet-reference+my_results.csv"``), or a list of them. Parts are merged left to
+    right (:meth:`Testbed.merge`: cells equal to the precision written, example counts a user
+    table lacks taken from the reference, alias spellings of settings renamed; all said in
+    ``notes``); ``store`` adds a results store's finished evaluations last. The models of the
+    parts that are not shipped references are listed in ``added`` (what the report highlights).
+
+    >>> tb = load_testbed("imagenet-reference")
+    >>> len(tb), tb.model_types["resnet50"]
+    (338, 'STANDARD')
     """
-    if isinstance(name_or_path, Testbed):
-        return name_or_path
-    text = str(name_or_path)
+    if isinstance(name_or_path, (list, tuple)):
+        parts: list[str | Path | Testbed] = list(name_or_path)
+    else:
+        parts = [name_or_path]
+    if store is not None:
+        parts.append(_StorePath(store))
+    if not parts:
+        raise ConfigError("no testbed given; name a reference testbed, a table file or a results store")
+    loaded = [tb for part in parts for tb in _load_parts(part)]
+    merged = loaded[0]
+    for tb in loaded[1:]:
+        merged = merged.merge(tb, on_conflict=on_conflict, aliases=SETTING_ALIASES)
+    return merged
+
+
+class _StorePath(type(Path())):  # type: ignore[misc]
+    """A path given as ``store=``: read as a results store even before it holds results."""
+
+
+def _load_parts(spec: str | Path | Testbed) -> list[Testbed]:
+    if isinstance(spec, Testbed):
+        return [spec]
+    if isinstance(spec, _StorePath):
+        return [_added(Testbed.from_store(spec, name=spec.name))]
+    text = str(spec)
     if text in _REGISTRY:
         tb = _build(text)
-        return Testbed(tb.accuracies, tb.sizes, tb.metadata, name=tb.name, source=tb.source)
-    if "+" in text and all(part in _REGISTRY for part in text.split("+")):
-        parts = [load_testbed(p) for p in text.split("+")]
-        merged = parts[0]
-        for p in parts[1:]:
-            merged = merged.merge(p)
-        return merged
+        return [Testbed(tb.accuracies, tb.sizes, tb.metadata, name=tb.name, source=tb.source, notes=tb.notes)]
     path = Path(text)
-    if path.suffix.lower() in (".csv", ".parquet", ".pq") or path.exists():
-        return Testbed.read(path)
+    if path.is_dir():
+        if _is_store(path):
+            return [_added(Testbed.from_store(path, name=path.name))]
+        raise ConfigError(f"{path}: a directory but not a results store (no finished `shiftbench eval` "
+                          f"results); give a reference name, a .csv/.parquet table or a store")
+    if path.exists() or (path.suffix.lower() in (".csv", ".parquet", ".pq") and "+" not in text):
+        return [_added(Testbed.read(path))]
+    if "+" in text:
+        return [tb for part in text.split("+") for tb in _load_parts(part)]
+    if path.suffix.lower() in (".csv", ".parquet", ".pq") or "/" in text:
+        return [_added(Testbed.read(path))]
     raise ConfigError(did_you_mean("testbed", text, list(_REGISTRY),
-                                   "give a reference name or a path to a .csv/.parquet table"))
+                                   "give a reference name, a path to a .csv/.parquet table or a results store"))
+
+
+def _added(tb: Testbed) -> Testbed:
+    tb.added = tb.models
+    return tb
+
+
+def _is_store(path: Path) -> bool:
+    """Whether ``path`` looks like a shiftbench results store (catalog or parts present)."""
+    return any((path / name).is_dir() for name in ("done", "keys", "predictions"))
+
+
+def is_reference(spec: str | Path | Testbed) -> bool:
+    """Whether ``spec`` names a shipped reference testbed (every ``+`` part a reference name)."""
+    if isinstance(spec, Testbed):
+        return all(part in _REGISTRY for part in spec.name.split("+"))
+    return all(part in _REGISTRY for part in str(spec).split("+"))
 
 
 def data_path(*parts: str) -> Path:

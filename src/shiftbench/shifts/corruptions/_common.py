@@ -232,11 +232,14 @@ def for_each_image(n: int, fn: Any, device: Any) -> list[Any]:
     in parallel need no barriers. torch releases the GIL inside every op. OpenMP's and MKL's
     thread counts are per thread, so workers set theirs to 1 without touching the caller's;
     torch's default for threads created meanwhile is process-wide and is restored when the
-    batch is done. Results are per image, so the schedule cannot change them.
+    batch is done. Results are per image, so the schedule cannot change them. Autograd's modes
+    (inference mode, grad mode) are thread-local too: workers run under the caller's, so tensors
+    they write into (inference tensors from the engine's ``torch.inference_mode``) accept them.
     """
     import torch
 
     threads = torch.get_num_threads()
+    inference, grad = torch.is_inference_mode_enabled(), torch.is_grad_enabled()
     workers = min(n, threads)
     if workers <= 1 or torch.device(device).type != "cpu" or not _openmp():
         return [fn(i) for i in range(n)]
@@ -244,7 +247,8 @@ def for_each_image(n: int, fn: Any, device: Any) -> list[Any]:
 
     def run(i: int) -> Any:
         torch.set_num_threads(1)
-        return fn(i)
+        with torch.inference_mode(inference), torch.set_grad_enabled(grad):
+            return fn(i)
 
     try:
         with ThreadPoolExecutor(max_workers=workers) as pool:
