@@ -1,21 +1,26 @@
 """``timm:<name>``: ``timm.create_model(name, pretrained=pretrained)``.
 
 ``name`` is a timm architecture with an optional pretrained tag (``resnet50.a1_in1k``; without a
-tag timm picks its default). Preprocessing comes from ``timm.data.resolve_data_config({}, model=m)``
-(the pretrained config is part of timm's code, so this needs no download): ``input_size``,
-``interpolation``, ``mean``, ``std`` and ``resize = floor(input_size / crop_pct)`` as in timm's own
-eval transform. The result is named by the full timm name ``<arch>.<tag>`` so results line up with
-the ``timm-reference`` testbed (``<arch>.<tag>@untrained`` for ``pretrained=False``), and its
-model type is derived with :func:`shiftbench.reference.timm.classify_pretrain`.
+tag timm picks its default). Preprocessing is timm's own eval transform: every field of
+``timm.data.resolve_data_config({}, model=m)`` (the pretrained config is part of timm's code, so
+this needs no download) is honoured - ``input_size`` ``(C, H, W)`` (non-square too),
+``interpolation``, ``crop_pct`` (``resize = floor(size / crop_pct)`` per edge) and ``crop_mode``
+(``center``, ``squash`` or ``border``) - as :class:`TimmPreprocessing`, which rebuilds
+``timm.data.create_transform`` up to but not including its ``Normalize``: shifts act on the [0, 1]
+image after resize and crop, and ``mean``/``std`` are applied inside the model wrapper. The result
+is named by the full timm name ``<arch>.<tag>`` so results line up with the ``timm-reference``
+testbed (``<arch>.<tag>@untrained`` for ``pretrained=False``), and its model type is derived with
+:func:`shiftbench.reference.timm.classify_pretrain`.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
 from shiftbench.errors import ConfigError, ModelError, did_you_mean
-from shiftbench.models.base import INTERPOLATIONS, Preprocessing
+from shiftbench.models.base import Preprocessing
 from shiftbench.models.registry import (Built, ModelSpec, is_unsafe_pickle_error, refused_pickle_message,
                                         register_arch_source, register_source, untrained_fingerprint,
                                         weights_only_loads)
@@ -35,19 +40,102 @@ def _check_name(name: str) -> None:
                               f"timm model {arch!r} has no pretrained tags; use timm:{arch} with pretrained=False")
 
 
-def preprocessing_of(model: Any) -> tuple[Preprocessing, dict[str, Any]]:
-    """``(Preprocessing, data config)`` of a timm model from its pretrained config."""
+CROP_MODES = ("center", "squash", "border")
+#: the fields of a timm data config (``resolve_data_config``) that :class:`TimmPreprocessing` honours
+DATA_CONFIG_FIELDS = frozenset({"input_size", "interpolation", "mean", "std", "crop_pct", "crop_mode"})
+
+
+@dataclass(frozen=True)
+class TimmPreprocessing(Preprocessing):
+    """timm's eval transform (``timm.data.transforms_imagenet_eval``) without its ``Normalize``.
+
+    ``input_size``/``resize`` are the width of the crop and of the resize (``floor(W / crop_pct)``);
+    ``input_height``/``resize_height`` are their heights when the input is not square (``None`` for
+    a square one). ``crop_mode`` is timm's: ``center`` resizes the shorter side (keeping the aspect
+    ratio) and centre-crops; ``squash`` resizes to ``(resize_height, resize)`` ignoring the aspect
+    ratio and centre-crops; ``border`` fits the longer side, then centre-crops or pads with
+    ``round(255 * mean)``. The output is a float ``(3, H, W)`` tensor in [0, 1].
+
+    >>> p = TimmPreprocessing(input_size=240, resize=266, interpolation="bicubic", crop_mode="squash")
+    >>> p.to_dict()["input_size"], p.to_dict()["resize"], p.to_dict()["crop_mode"]
+    ((240, 240), (266, 266), 'squash')
+    """
+
+    crop_mode: str = "center"
+    input_height: int | None = None
+    resize_height: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.crop_mode not in CROP_MODES:
+            raise ConfigError(f"unknown timm crop_mode {self.crop_mode!r}; expected one of {', '.join(CROP_MODES)}")
+        if (self.input_height is None) != (self.resize_height is None):
+            raise ConfigError("give both input_height and resize_height (a non-square input) or neither (square)")
+
+    @property
+    def input_hw(self) -> tuple[int, int]:
+        """``(H, W)`` of the tensor the transform returns."""
+        return (self.input_height or self.input_size, self.input_size)
+
+    @property
+    def resize_hw(self) -> tuple[int, int]:
+        """``(H, W)`` timm's ``scale_size``: ``floor(input_size / crop_pct)`` per edge."""
+        return (self.resize_height or self.resize, self.resize)
+
+    def to_dict(self) -> dict[str, Any]:
+        """What determines the pixels (part of every results key): sizes as ``(H, W)``, crop mode,
+        interpolation, mean/std."""
+        return {"input_size": self.input_hw, "resize": self.resize_hw, "crop_mode": self.crop_mode,
+                "interpolation": self.interpolation, "mean": self.mean, "std": self.std}
+
+    def transform(self):  # -> Callable[[PIL.Image.Image], torch.Tensor]
+        """The steps of ``timm.data.create_transform(is_training=False, ...)`` before ``Normalize``."""
+        from timm.data.transforms import CenterCropOrPad, MaybeToTensor, ResizeKeepRatio, str_to_interp_mode
+        from torchvision import transforms
+
+        size, scale = self.input_hw, self.resize_hw
+        if self.crop_mode == "squash":
+            steps = [transforms.Resize(scale, interpolation=str_to_interp_mode(self.interpolation)),
+                     transforms.CenterCrop(size)]
+        elif self.crop_mode == "border":
+            steps = [ResizeKeepRatio(scale, interpolation=self.interpolation, longest=1.0),
+                     CenterCropOrPad(size, fill=[round(255 * v) for v in self.mean])]
+        elif scale[0] == scale[1]:
+            steps = [transforms.Resize(scale[0], interpolation=str_to_interp_mode(self.interpolation)),
+                     transforms.CenterCrop(size)]
+        else:
+            steps = [ResizeKeepRatio(scale, interpolation=self.interpolation), transforms.CenterCrop(size)]
+        return transforms.Compose([*steps, MaybeToTensor()])
+
+
+def preprocessing_from_config(cfg: dict[str, Any]) -> TimmPreprocessing:
+    """:class:`TimmPreprocessing` of a resolved timm data config (``resolve_data_config``)."""
+    from timm.data.transforms import str_to_interp_mode
+
+    unknown = sorted(set(cfg) - DATA_CONFIG_FIELDS)
+    if unknown:
+        raise ModelError(f"timm data config has fields shiftbench does not apply ({', '.join(unknown)}); "
+                         "update shiftbench.models.timm_source.TimmPreprocessing for this timm version")
+    _, h, w = (int(v) for v in cfg["input_size"])
+    interp = str(cfg.get("interpolation") or "bilinear").lower()
+    try:
+        str_to_interp_mode(interp)
+    except KeyError:
+        raise ModelError(f"timm data config has interpolation {interp!r}, which timm's eval transform "
+                         "cannot apply") from None
+    crop_pct = float(cfg.get("crop_pct") or 0.875)
+    return TimmPreprocessing(
+        input_size=w, resize=int(math.floor(w / crop_pct)), interpolation=interp,
+        mean=tuple(float(v) for v in cfg["mean"]), std=tuple(float(v) for v in cfg["std"]),
+        crop_mode=str(cfg.get("crop_mode") or "center"),
+        input_height=None if h == w else h, resize_height=None if h == w else int(math.floor(h / crop_pct)))
+
+
+def preprocessing_of(model: Any) -> tuple[TimmPreprocessing, dict[str, Any]]:
+    """``(TimmPreprocessing, data config)`` of a timm model from its pretrained config."""
     from timm.data import resolve_data_config
 
     cfg = resolve_data_config({}, model=model)
-    size = int(cfg["input_size"][-1])
-    interp = str(cfg.get("interpolation", "bilinear")).lower()
-    if interp not in INTERPOLATIONS:
-        interp = "bicubic" if interp == "random" else "bilinear"
-    crop_pct = float(cfg.get("crop_pct") or 0.875)
-    pre = Preprocessing(input_size=size, resize=int(math.floor(size / crop_pct)), interpolation=interp,
-                        mean=tuple(float(v) for v in cfg["mean"]), std=tuple(float(v) for v in cfg["std"]))
-    return pre, cfg
+    return preprocessing_from_config(cfg), cfg
 
 
 @lru_cache(maxsize=1)
