@@ -207,13 +207,28 @@ def test_reference_testbed_report_is_under_15_mb(name, tmp_path):
 def test_cli_report_writes_index_html(tmp_path):
     csv = tiny_testbed().save(tmp_path / "mine.csv")
     store = calibration_store(tmp_path / "store")
-    res = CliRunner().invoke(cli.app, ["report", "--testbed", str(csv), "--store", str(store),
-                                       "-o", str(tmp_path / "rep"), "--resamples", "50"])
+    res = CliRunner().invoke(cli.app, ["report", "--testbed", str(csv), "-o", str(tmp_path / "rep"),
+                                       "--resamples", "50"])
     assert res.exit_code == 0, res.output
     index = tmp_path / "rep" / "index.html"
     assert f"report: {index.resolve()}" in res.output
     doc = index.read_text()
-    assert 'id="calibration"' in doc and "mine (15 models)" in doc
+    assert "mine (15 models)" in doc
+    # --store next to --testbed: the store's models join the testbed, so cells that disagree with
+    # the table are a one-line conflict; on a table without those models the report is written
+    res = CliRunner().invoke(cli.app, ["report", "--testbed", str(csv), "--store", str(store),
+                                       "-o", str(tmp_path / "rep2"), "--resamples", "50"])
+    assert res.exit_code != 0 and "on_conflict=" in str(res.exception)
+    renamed = tiny_testbed()
+    renamed.accuracies.index = [f"table-{m}" for m in renamed.accuracies.index]
+    renamed = type(renamed)(renamed.accuracies, renamed.sizes.set_axis(renamed.accuracies.index),
+                            renamed.metadata.set_axis(renamed.accuracies.index), name="mine")
+    csv = renamed.save(tmp_path / "mine.csv")
+    res = CliRunner().invoke(cli.app, ["report", "--testbed", str(csv), "--store", str(store),
+                                       "-o", str(tmp_path / "rep3"), "--resamples", "50"])
+    assert res.exit_code == 0, res.output
+    doc = (tmp_path / "rep3" / "index.html").read_text()
+    assert 'id="calibration"' in doc and "Your models" in doc
 
 
 def test_report_refuses_bad_input(tmp_path):

@@ -124,3 +124,20 @@ def test_models_evaluated_into_a_store_join_a_reference_from_the_cli(val, tmp_pa
     result = invoke("plot", "-t", REF, "--store", str(tmp_path / "store"), "--x", "val",
                     "--y", "val-on-imagenet-a-classes", "-o", str(target))
     assert result.exit_code == 0 and target.stat().st_size > 10_000
+
+
+def test_cli_place_ranks_the_added_models_on_every_shift_they_have(mine):
+    result = invoke("place", "-t", REF, "-t", str(mine), "--json", "--resamples", "200")
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    assert {r["model"] for r in rows} == {"resnet50", "my-robust-net", "my-untyped-net"}
+    assert {r["shift"] for r in rows if r["model"] != "resnet50"} == {"ImageNetV2"}
+    assert {"ImageNet-R", "ImageNet-A", "ObjectNet"} <= {r["shift"] for r in rows}   # the reference's resnet50
+    er = sb.effective_robustness(X, Y, testbed=sb.load_testbed([REF, mine]))
+    robust = next(r for r in rows if r["model"] == "my-robust-net")
+    assert robust["rank"] == int((er["effective_robustness"] > er.at["my-robust-net", "effective_robustness"]).sum()) + 1
+    assert robust["n_ranked"] == len(er)
+    text = invoke("place", "-t", REF, "-t", str(mine), "--resamples", "200").stdout
+    assert "of your models, resnet50 is in the fit" in text
+    result = invoke("place", "-t", REF)
+    assert "no models to place" in result.output_error

@@ -30,6 +30,7 @@ _LAZY = {
     "metric_informativeness": "shiftbench.analysis.informativeness",
     "informativeness_ranking": "shiftbench.analysis.informativeness",
     "trend_diagnostics": "shiftbench.analysis.diagnostics",
+    "place_models": "shiftbench.analysis.placement",
     "replicate": "shiftbench.datasets.replication", "Replication": "shiftbench.datasets.replication",
     "attribute_splits": "shiftbench.datasets.attributes", "AttributeSplits": "shiftbench.datasets.attributes",
     "ClassMapView": "shiftbench.views.classmap",

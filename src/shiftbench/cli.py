@@ -246,6 +246,41 @@ def er_cmd(x: XOpt, y: YOpt, testbed: TestbedOpt = None, store: StoreAddOpt = No
         out.print(f"{skipped} models skipped: no accuracy on both settings.")
 
 
+@app.command("place")
+def place_cmd(testbed: TestbedOpt = None, store: StoreAddOpt = None,
+              model: Annotated[Optional[list[str]], typer.Option(
+                  "--model", "-m", help="Models to place (repeatable; default: the models of the tables and "
+                  "stores added to a reference testbed).")] = None,
+              scale: ScaleOpt = "logit", fit_on: FitOnOpt = None,
+              n_resamples: Annotated[int, typer.Option("--resamples", help="Bootstrap resamples per band.")] = 1000,
+              as_json: JsonOpt = False) -> None:
+    """Where your models sit: on every natural shift, accuracy, effective robustness with its 95%
+    interval, and rank among all models of the testbed (Taori et al. 2020)."""
+    from shiftbench.analysis.placement import fitted_on_note, place_models
+
+    tb = _testbed(testbed, store)
+    models = [tb.check_model(m) for m in model] if model else tb.added
+    if not models:
+        raise ConfigError("no models to place; add your table or store (-t imagenet-reference -t mine.csv, "
+                          "--store DIR) or name models with --model")
+    placed = place_models(tb, models, scale=scale, fit_on=_fit_on(fit_on), n_resamples=n_resamples)
+    if as_json:
+        print(json.dumps([{k: _clean(v) for k, v in r.items()} for r in placed.to_dict("records")]))
+        return
+    table = Table("model", "shift", "x %", "y %", "predicted %", "eff. robustness (pp)", "95% interval", "rank",
+                  title=f"{tb.name}: your models against the trend of each natural shift ({scale})")
+    for r in placed.itertuples(index=False):
+        table.add_row(r.model, r.shift, f"{r.x_acc:.2f}", f"{r.y_acc:.2f}", f"{r.predicted_y_acc:.2f}",
+                      f"{r.effective_robustness:+.2f}" + ("" if r.in_fit_range else " *"),
+                      f"[{r.er_low:+.2f}, {r.er_high:+.2f}]", f"{r.rank} of {r.n_ranked}")
+    out.print(table)
+    if not placed["in_fit_range"].all():
+        out.print("* outside the x range of the fitted models: the trend is extrapolated there.")
+    for m in placed.attrs.get("unplaced", []):
+        out.print(f"{m}: on none of the natural shifts' setting pairs of {tb.name}.")
+    out.print(fitted_on_note(placed.attrs["fits"], tb, models))
+
+
 @app.command("plot")
 def plot_cmd(x: XOpt, y: YOpt,
              output: Annotated[Path, typer.Option("--output", "-o", help="Figure file: .png, .svg or .pdf.")],

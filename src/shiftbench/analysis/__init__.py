@@ -2,11 +2,12 @@
 
 Scalings, trend fits with bootstrap bands, Clopper-Pearson intervals, effective and relative
 robustness, piecewise trends, correlations and synthetic-vs-natural robustness (Taori et al.
-2020; Miller et al. 2021).
+2020; Miller et al. 2021), and where given models sit among a testbed's (placement).
 """
 from shiftbench.analysis.correlation import Correlation, robustness_correlation
 from shiftbench.analysis.corruption import corruption_accuracy, mce
 from shiftbench.analysis.intervals import accuracy_interval, clopper_pearson
+from shiftbench.analysis.placement import NATURAL_SHIFTS, ShiftPair, fit_shift, place_models
 from shiftbench.analysis.robustness import effective_robustness, most_effectively_robust, relative_robustness
 from shiftbench.analysis.scaling import SCALES, inverse, transform
 from shiftbench.analysis.synthetic import (complete_severities, corruption_correlations, corruption_settings,
@@ -21,4 +22,5 @@ __all__ = [
     "effective_robustness", "relative_robustness", "most_effectively_robust",
     "Correlation", "robustness_correlation", "mce", "corruption_accuracy",
     "corruption_settings", "complete_severities", "synthetic_effective_robustness", "corruption_correlations",
+    "NATURAL_SHIFTS", "ShiftPair", "fit_shift", "place_models",
 ]

@@ -241,7 +241,7 @@ class Trajectory:
         num_classes = getattr(model, "num_classes", None)
         if num_classes is None:
             param = next(model.parameters(), None)
-            x = torch.full((1, 3, pre.input_size, pre.input_size), 0.5,
+            x = torch.full((1, 3, *pre.input_hw), 0.5,
                            device=param.device if param is not None else "cpu")
             with torch.inference_mode():
                 num_classes = int(Normalized(model, pre.mean, pre.std).to(x.device)(x).shape[1])

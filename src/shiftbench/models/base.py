@@ -36,6 +36,11 @@ class Preprocessing:
     def crop_pct(self) -> float:
         return self.input_size / self.resize
 
+    @property
+    def input_hw(self) -> tuple[int, int]:
+        """``(H, W)`` of the tensor :meth:`transform` returns (square here; timm configs may not be)."""
+        return (self.input_size, self.input_size)
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

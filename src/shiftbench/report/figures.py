@@ -7,7 +7,7 @@ with its bootstrap band, and ``y = x`` is dashed for reference.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import matplotlib
@@ -34,6 +34,10 @@ TYPE_STYLE: dict[str, tuple[str, str]] = {
     "UNKNOWN": ("#7f7f7f", "Unknown type"),
 }
 FALLBACK_COLOUR = "#8c564b"
+#: How the models a user asks to highlight are drawn: a gold star with a black edge, on top of
+#: every other point, labelled in free space with a leader line (no model type uses this colour).
+HIGHLIGHT_COLOUR = "#ffd400"
+HIGHLIGHT_LABEL = "your models"
 TICKS = [0.001, 0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 20, 30, 40, 50, 60, 70, 80, 90, 95, 98, 99, 99.5, 99.9, 99.99]
 FORMATS = (".png", ".svg", ".pdf")
 
@@ -76,7 +80,10 @@ def plot_trend(
 
     ``fit`` defaults to :func:`~shiftbench.analysis.fit_trend` on ``fit_on`` (STANDARD);
     ``band`` to its bootstrap band with ``n_resamples`` (0 draws no band); ``ci`` is the
-    Clopper-Pearson level of the error bars; ``highlight`` names models to label.
+    Clopper-Pearson level of the error bars. ``highlight`` names models (your own, say) to draw
+    on top of every other point as gold stars, listed in the legend as "your models" and
+    labelled in free space - preferably above the trend, away from every marker and the legend -
+    with a thin leader line to the point (:func:`place_labels`).
     """
     if fit is None:
         fit = fit_trend(x, y, scale, testbed=testbed, fit_on=fit_on)
@@ -84,6 +91,8 @@ def plot_trend(
     if band is None and n_resamples > 0:
         band = bootstrap_band(fit, n_resamples=n_resamples, seed=seed)
     frame, skipped = testbed.paired(x, y)
+    marked = [m for m in dict.fromkeys(testbed.check_model(m) for m in highlight) if m in frame.index]
+    is_marked = frame.index.isin(marked)
     if ax is None:
         fig, ax = plt.subplots(figsize=(6.4, 5.6), dpi=120)
     else:
@@ -117,20 +126,26 @@ def plot_trend(
     yl, yh = accuracy_interval(frame["y_acc"], frame["y_n"], ci)
     types = list(dict.fromkeys(frame["model_type"]))
     types.sort(key=lambda t: list(TYPE_STYLE).index(t) if t in TYPE_STYLE else len(TYPE_STYLE))
-    for mtype in types:
-        sel = (frame["model_type"] == mtype).to_numpy()
-        colour, name = TYPE_STYLE.get(mtype, (FALLBACK_COLOUR, mtype.replace("_", " ").capitalize()))
+
+    def bars(sel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         xerr = np.abs(np.vstack([xs[sel] - transform(xl[sel], scale), transform(xh[sel], scale) - xs[sel]]))
         yerr = np.abs(np.vstack([ys[sel] - transform(yl[sel], scale), transform(yh[sel], scale) - ys[sel]]))
-        xerr = np.where(np.isfinite(xerr), xerr, 0.0)
-        yerr = np.where(np.isfinite(yerr), yerr, 0.0)
+        return np.where(np.isfinite(xerr), xerr, 0.0), np.where(np.isfinite(yerr), yerr, 0.0)
+
+    for mtype in types:
+        sel = (frame["model_type"] == mtype).to_numpy() & ~is_marked
+        if not sel.any():
+            continue
+        colour, name = TYPE_STYLE.get(mtype, (FALLBACK_COLOUR, mtype.replace("_", " ").capitalize()))
+        xerr, yerr = bars(sel)
         ax.errorbar(xs[sel], ys[sel], xerr=xerr, yerr=yerr, fmt="o", ms=4.2, color=colour, ecolor=colour,
                     elinewidth=0.6, alpha=0.85, mec="white", mew=0.4, label=f"{name} ({sel.sum()})", zorder=4)
-    for model in highlight:
-        testbed.check_model(model)
-        if model in frame.index:
-            ax.annotate(model, (transform(frame.at[model, "x_acc"], scale), transform(frame.at[model, "y_acc"], scale)),
-                        xytext=(4, 4), textcoords="offset points", fontsize=7)
+    if marked:
+        at = np.array([frame.index.get_loc(m) for m in marked])        # in the order of ``marked``
+        xerr, yerr = bars(at)
+        ax.errorbar(xs[at], ys[at], xerr=xerr, yerr=yerr, fmt="none", ecolor="black", elinewidth=0.7, zorder=5)
+        ax.scatter(xs[at], ys[at], marker="*", s=STAR_SIZE ** 2, c=HIGHLIGHT_COLOUR,
+                   edgecolors="black", linewidths=0.8, label=f"{HIGHLIGHT_LABEL} ({len(marked)})", zorder=6)
 
     xticks = _ticks(x_lo_pct, x_hi_pct, scale)
     yticks = _ticks(lo_pct, hi_pct, scale)
@@ -143,9 +158,96 @@ def plot_trend(
     ax.grid(True, color="0.9", lw=0.6)
     subtitle = f"{len(frame)} models" + (f", {skipped} without both accuracies" if skipped else "")
     ax.set_title((title or f"{y} vs {x}") + f"\n{testbed.name}: {subtitle}", fontsize=10)
-    ax.legend(loc="upper left", fontsize=7, framealpha=0.9)
+    legend = ax.legend(loc="upper left", fontsize=7, framealpha=0.9)
     fig.tight_layout()
+    if marked:
+        _label_highlighted(ax, marked, xs[at], ys[at], xs, ys, legend, fit)
     return fig
+
+
+#: Marker sizes (points) of the highlighted stars and of every other model's point.
+STAR_SIZE, POINT_SIZE = 13.0, 4.2
+
+
+def place_labels(
+    anchors: np.ndarray, sizes: np.ndarray, obstacles: np.ndarray, radius: float | np.ndarray,
+    bounds: tuple[float, float, float, float], *, blocked: Iterable[tuple[float, float, float, float]] = (),
+    below: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None, gap: float = 3.0,
+) -> np.ndarray:
+    """Centres for label boxes in free space, one per anchor, in any coordinates with equal units
+    on both axes (display pixels).
+
+    Each label (``sizes``: width, height), widened by ``gap`` on every side, is placed at the
+    candidate centre on a grid over ``bounds`` (x0, y0, x1, y1) that overlaps no obstacle (a
+    box of half-width ``radius`` around each of ``obstacles``: the markers), no ``blocked``
+    rectangle (a legend) and no label placed before it, and lies closest to its anchor;
+    candidates where ``below(cx, cy)`` is true (under the trend) cost an extra quarter of the
+    area's diagonal, so labels go to the free space above the trend where there is some. Labels
+    are placed from the highest anchor down, so they stack in the anchors' vertical order. If
+    no candidate is free, the one with the fewest overlaps wins.
+    """
+    anchors = np.asarray(anchors, dtype=float).reshape(-1, 2)
+    sizes = np.asarray(sizes, dtype=float).reshape(-1, 2)
+    obs = np.asarray(obstacles, dtype=float).reshape(-1, 2)
+    r = np.broadcast_to(np.asarray(radius, dtype=float), (len(obs),))
+    boxes = [np.column_stack([obs[:, 0] - r, obs[:, 1] - r, obs[:, 0] + r, obs[:, 1] + r]),
+             np.asarray(list(blocked), dtype=float).reshape(-1, 4)]
+    x0, y0, x1, y1 = bounds
+    penalty = 0.25 * float(np.hypot(x1 - x0, y1 - y0))
+    out = anchors.copy()
+    for i in np.argsort(-anchors[:, 1], kind="stable"):
+        w, h = sizes[i] + 2 * gap
+        step = max(2.0, min(w, h) / 2)
+        gx = np.arange(x0 + w / 2, x1 - w / 2 + 1e-9, step)
+        gy = np.arange(y0 + h / 2, y1 - h / 2 + 1e-9, step)
+        if not len(gx) or not len(gy):                       # larger than the area: beside the point
+            out[i] = anchors[i] + [w / 2, h / 2]
+            continue
+        cx, cy = (a.ravel() for a in np.meshgrid(gx, gy))
+        every = np.concatenate(boxes)
+        hits = ((cx[:, None] - w / 2 < every[None, :, 2]) & (cx[:, None] + w / 2 > every[None, :, 0])
+                & (cy[:, None] - h / 2 < every[None, :, 3]) & (cy[:, None] + h / 2 > every[None, :, 1])).sum(axis=1)
+        dist = np.hypot(np.maximum(np.abs(cx - anchors[i, 0]) - w / 2, 0),
+                        np.maximum(np.abs(cy - anchors[i, 1]) - h / 2, 0))
+        score = dist + (penalty * below(cx, cy) if below is not None else 0.0) + hits * 1e9
+        k = int(np.argmin(score))
+        out[i] = cx[k], cy[k]
+        boxes.append(np.array([[cx[k] - w / 2, cy[k] - h / 2, cx[k] + w / 2, cy[k] + h / 2]]))
+    return out
+
+
+def _label_highlighted(ax: Axes, marked: list[str], mx: np.ndarray, my: np.ndarray, xs: np.ndarray, ys: np.ndarray,
+                       legend, fit: TrendFit) -> None:
+    """Label the highlighted points in free space (display pixels) with leader lines."""
+    fig = ax.figure
+    renderer = fig.canvas.get_renderer()
+    to_px = ax.transData.transform
+    texts = [ax.text(0, 0, m, fontsize=7, ha="center", va="center", zorder=7,
+                     bbox=dict(boxstyle="round,pad=0.25", fc="white", ec="0.35", lw=0.6, alpha=0.95))
+             for m in marked]
+    sizes = np.array([[t.get_window_extent(renderer).width, t.get_window_extent(renderer).height] for t in texts])
+    px = fig.dpi / 72.0
+    points = to_px(np.column_stack([xs, ys]))
+    stars = to_px(np.column_stack([mx, my]))
+    radius = np.full(len(points), POINT_SIZE / 2 * px + 1.5)
+    area = ax.get_window_extent(renderer)
+    inv = ax.transData.inverted()
+
+    def below(cx: np.ndarray, cy: np.ndarray) -> np.ndarray:
+        data = inv.transform(np.column_stack([cx, cy]))
+        return to_px(np.column_stack([data[:, 0], fit.predict_scaled(data[:, 0])]))[:, 1] > cy
+
+    centres = place_labels(
+        stars, sizes + 2 * 0.25 * 7 * px, np.vstack([points, stars]),
+        np.concatenate([radius, np.full(len(stars), STAR_SIZE / 2 * px + 1.5)]),
+        (area.x0 + 2, area.y0 + 2, area.x1 - 2, area.y1 - 2),
+        blocked=[tuple(legend.get_window_extent(renderer).extents)], below=below)
+    for text, star, centre, (w, h) in zip(texts, stars, centres, sizes):
+        text.set_position(inv.transform(centre))
+        # the leader runs from the star to the nearest point of the label's box
+        edge = np.clip(star, centre - [w / 2, h / 2], centre + [w / 2, h / 2])
+        (lx, ly), (sx, sy) = inv.transform(edge), inv.transform(star)
+        ax.plot([sx, lx], [sy, ly], color="0.25", lw=0.6, zorder=5.5)
 
 
 def save_figure(fig: Figure, path: str | Path) -> Path:

@@ -7,12 +7,14 @@ can be fetched and no injected handler could run. Next to it, every figure is wr
 PNG, SVG and PDF (matplotlib, :mod:`.figures`) and every table as CSV, Markdown and LaTeX
 (:mod:`.tables`), per testbed under ``out_dir/<testbed>/``.
 
-The page is built from the section registry (:mod:`.sections`): per testbed an overview, one
-interactive scatter per natural shift (trend, bootstrap band, y = x, Clopper-Pearson bars,
-colour by model type, hover with name, type, accuracies and effective robustness; ImageNet-A
-with its piecewise trend), synthetic vs natural effective robustness, and the sortable table
-of every model; then report-wide sections such as calibration from a results store. A
-section without data is left out; a shift whose trend cannot be fitted says why.
+The page is built from the section registry (:mod:`.sections`): with ``highlight``, first
+"Your models" (their effective robustness, interval and rank on every shift); then per testbed
+an overview, one interactive scatter per natural shift (trend, bootstrap band, y = x,
+Clopper-Pearson bars, colour by model type, hover with name, type, accuracies and effective
+robustness; ImageNet-A with its piecewise trend; highlighted models as labelled stars on top),
+synthetic vs natural effective robustness, and the sortable table of every model; then
+report-wide sections such as calibration from a results store. A section without data is left
+out; a shift whose trend cannot be fitted says why.
 
 Example
 -------
@@ -33,7 +35,7 @@ from importlib import resources
 from pathlib import Path
 
 from shiftbench.analysis.scaling import check_scale
-from shiftbench.errors import ConfigError
+from shiftbench.errors import ConfigError, did_you_mean
 from shiftbench.reference import data_notes
 from shiftbench.report.figures import FORMATS
 from shiftbench.report.sections import ReportContext, Rendered, TestbedReport, esc, render_sections
@@ -98,6 +100,19 @@ def _check_testbeds(testbeds: Sequence[Testbed]) -> list[Testbed]:
     return testbeds
 
 
+def _check_highlight(testbeds: Sequence[Testbed], highlight: Sequence[str] | None) -> tuple[str, ...]:
+    """The highlighted models, each in some testbed (else a did-you-mean error), without repeats."""
+    if highlight is None:
+        return ()
+    if isinstance(highlight, str):
+        highlight = [highlight]
+    known = {m for tb in testbeds for m in tb.models}
+    for m in highlight:
+        if str(m) not in known:
+            raise ConfigError(did_you_mean("model", str(m), sorted(known), "highlight names models of the testbeds"))
+    return tuple(dict.fromkeys(str(m) for m in highlight))
+
+
 def _testbed_dirname(name: str, taken: set[str]) -> str:
     base = re.sub(r"[^A-Za-z0-9._+-]+", "-", name).strip("-.") or "testbed"
     out, i = base, 2
@@ -150,6 +165,9 @@ def _body(ctx: ReportContext, title: str) -> str:
     """The page body: header, table of contents, then every section that has data."""
     groups: list[tuple[str, str, list[Rendered]]] = []
     blocks = []
+    for r in render_sections(ctx, "front", None):          # "Your models" comes first
+        groups.append((r.title, r.anchor, []))
+        blocks.append(r.html)
     for tbr in ctx.testbeds:
         target = ctx.steps + len(tbr.analyses) + 1
         rendered = render_sections(ctx, "testbed", tbr)
@@ -196,6 +214,7 @@ def write_html_report(
     figure_formats: Sequence[str] = FORMATS,
     title: str = "shiftbench report",
     on_step: Callable[[str], None] | None = None,
+    highlight: Sequence[str] | None = None,
 ) -> Path:
     """Write ``out_dir/index.html`` (self-contained) plus static figures and tables; returns its path.
 
@@ -218,6 +237,11 @@ def write_html_report(
     on_step:
         Called with a short label at each step - every shift's fit, every shift's drawing, the
         other sections, the page - :func:`n_steps` times in all (for progress bars).
+    highlight:
+        Models to mark (your own, say; each must be in some testbed): every shift's scatter draws
+        them on top as labelled stars, and a "Your models" section comes first in the report with
+        their effective robustness, 95% interval and rank on every shift
+        (:func:`~shiftbench.analysis.placement.place_models`).
     """
     testbeds = _check_testbeds(testbeds)
     check_scale(scale)
@@ -226,6 +250,7 @@ def write_html_report(
     bad = [f for f in figure_formats if f not in FORMATS]
     if bad:
         raise ConfigError(f"figure format {bad[0]!r}: use {', '.join(FORMATS)} (or none)")
+    marked = _check_highlight(testbeds, highlight)
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"{out}: is a file; give a directory for the report (-o DIR)")
@@ -233,7 +258,8 @@ def write_html_report(
     opened = _open_store(store)
     ctx = ReportContext(out_dir=out, testbeds=[], store_results=opened.results() if opened else None, store=opened,
                         scale=scale,
-                        n_resamples=n_resamples, seed=seed, figure_formats=tuple(figure_formats), on_step=on_step)
+                        n_resamples=n_resamples, seed=seed, figure_formats=tuple(figure_formats), on_step=on_step,
+                        highlight=marked)
     _analyse(ctx, testbeds, shifts)
     document = _document(title, _body(ctx, title))
     path = out / "index.html"

@@ -17,12 +17,15 @@ import plotly.graph_objects as go
 from shiftbench.analysis.intervals import accuracy_interval
 from shiftbench.analysis.scaling import inverse, transform
 from shiftbench.analysis.trend import Band, TrendFit
-from shiftbench.report.figures import TYPE_STYLE, _fmt, _ticks
+from shiftbench.report.figures import HIGHLIGHT_COLOUR, HIGHLIGHT_LABEL, TYPE_STYLE, _fmt, _ticks, place_labels
 
 #: Colours for model types without a style of their own, cycled in order of appearance.
 EXTRA_COLOURS = ("#8c564b", "#e377c2", "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39")
 FONT = dict(family="system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif", size=12, color="#222")
 GRID = "#e6e6e6"
+#: The plot area (pixels) labels of highlighted models are placed for: the height is fixed by the
+#: layout, the width is a narrow page's; a wider page only shrinks the labels towards their centres.
+PLOT_AREA = (600.0, 440.0)
 
 
 def plotly_text(text: object) -> str:
@@ -77,6 +80,7 @@ def trend_figure(
     er: pd.DataFrame | None = None,
     scale: str = "logit",
     ci: float = 0.995,
+    highlight: Sequence[str] = (),
 ) -> go.Figure:
     """Shifted against in-distribution accuracy in ``scale`` coordinates (ticks in percent).
 
@@ -84,6 +88,8 @@ def trend_figure(
     by model). With ``fit``: the trend, its ``band`` (drawn over the fitted models' x range)
     and, for a piecewise trend, the pivot. Points carry ``ci`` Clopper-Pearson bars and hover
     with the model's name, type, both accuracies and (with ``er``) effective robustness.
+    ``highlight`` models (those in ``frame``) are drawn last, as gold stars in a trace named
+    "your models", each labelled by an annotation placed in free space with a leader line.
     """
     scale = fit.scale if fit is not None else scale
     fig = go.Figure()
@@ -130,29 +136,45 @@ def trend_figure(
     err = {k: np.where(np.isfinite(v), np.abs(v), 0.0) for k, v in err.items()}
     er_values = er["effective_robustness"].reindex(frame.index) if er is not None else None
     names = [plotly_text(m) for m in frame.index]
-    for mtype, (colour, label) in type_styles(list(frame["model_type"])).items():
-        sel = (frame["model_type"] == mtype).to_numpy()
-        idx = np.flatnonzero(sel)
-        xa, ya = _round(frame["x_acc"].to_numpy()[sel], 2), _round(frame["y_acc"].to_numpy()[sel], 2)
+    marked = [m for m in dict.fromkeys(highlight) if m in frame.index]
+    is_marked = frame.index.isin(marked)
+    styles = type_styles(list(frame["model_type"]))
+
+    def points(idx: np.ndarray, name: str, type_text: str | None, marker: dict, bar_colour: str) -> go.Scatter:
+        xa, ya = _round(frame["x_acc"].to_numpy()[idx], 2), _round(frame["y_acc"].to_numpy()[idx], 2)
+        custom = [[names[i], a, b] for i, a, b in zip(idx, xa, ya)]
+        er_line = ""
         if er_values is not None:
-            ev = _round(er_values.to_numpy()[sel], 2)
-            custom = [[names[i], a, b, e] for i, a, b, e in zip(idx, xa, ya, ev)]
+            custom = [c + [e] for c, e in zip(custom, _round(er_values.to_numpy()[idx], 2))]
             er_line = "<br>effective robustness: %{customdata[3]:+.2f} pp"
-        else:
-            custom = [[names[i], a, b] for i, a, b in zip(idx, xa, ya)]
-            er_line = ""
-        type_text = plotly_text(f"{label} ({mtype})")
-        fig.add_trace(go.Scatter(
-            x=_round(xs[sel], 4), y=_round(ys[sel], 4), mode="markers", name=plotly_text(f"{label} ({sel.sum()})"),
-            customdata=custom,
-            hovertemplate=("<b>%{customdata[0]}</b><br>" + type_text + "<br>" + plotly_text(x) +
-                           ": %{customdata[1]:.2f}%<br>" + plotly_text(y) + ": %{customdata[2]:.2f}%" +
-                           er_line + "<extra></extra>"),
-            marker=dict(color=colour, size=7, opacity=0.85, line=dict(color="white", width=0.5)),
-            error_x=dict(type="data", symmetric=False, array=_round(err["xp"][sel], 4),
-                         arrayminus=_round(err["xm"][sel], 4), color=colour, thickness=0.7, width=0),
-            error_y=dict(type="data", symmetric=False, array=_round(err["yp"][sel], 4),
-                         arrayminus=_round(err["ym"][sel], 4), color=colour, thickness=0.7, width=0)))
+        if type_text is None:               # a mixed trace (your models): each point's type in its hover
+            custom = [c + [plotly_text(f"{styles[t][1]} ({t})")]
+                      for c, t in zip(custom, frame["model_type"].to_numpy()[idx])]
+            type_text = "%{customdata[" + str(len(custom[0]) - 1) + "]}"
+        return go.Scatter(
+            x=_round(xs[idx], 4), y=_round(ys[idx], 4), mode="markers", name=name, customdata=custom,
+            hovertemplate=("<b>%{customdata[0]}</b><br>" + type_text + "<br>" +
+                           plotly_text(x) + ": %{customdata[1]:.2f}%<br>" + plotly_text(y) +
+                           ": %{customdata[2]:.2f}%" + er_line + "<extra></extra>"),
+            marker=marker,
+            error_x=dict(type="data", symmetric=False, array=_round(err["xp"][idx], 4),
+                         arrayminus=_round(err["xm"][idx], 4), color=bar_colour, thickness=0.7, width=0),
+            error_y=dict(type="data", symmetric=False, array=_round(err["yp"][idx], 4),
+                         arrayminus=_round(err["ym"][idx], 4), color=bar_colour, thickness=0.7, width=0))
+
+    for mtype, (colour, label) in styles.items():
+        idx = np.flatnonzero((frame["model_type"] == mtype).to_numpy() & ~is_marked)
+        if len(idx):
+            fig.add_trace(points(idx, plotly_text(f"{label} ({len(idx)})"), plotly_text(f"{label} ({mtype})"),
+                                 dict(color=colour, size=7, opacity=0.85, line=dict(color="white", width=0.5)),
+                                 colour))
+    if marked:
+        at = np.array([frame.index.get_loc(m) for m in marked])
+        fig.add_trace(points(at, HIGHLIGHT_LABEL, None, dict(color=HIGHLIGHT_COLOUR, size=STAR_PX, symbol="star",
+                                                               line=dict(color="black", width=1)), "black"))
+        legend_rows = [str(t.name) for t in fig.data if t.showlegend is not False]
+        _annotate_highlighted(fig, [names[i] for i in at], xs[at], ys[at], xs, ys, (x_lo, x_hi, y_lo, y_hi),
+                              fit, legend_rows)
 
     _layout(fig, plotly_text(title), plotly_text(f"{x} accuracy ({scale} scale)"),
             plotly_text(f"{y} accuracy ({scale} scale)"))
@@ -162,6 +184,49 @@ def trend_figure(
         update(range=[lo, hi], tickmode="array", tickvals=_round(transform(ticks, scale), 4),
                ticktext=[_fmt(t) for t in ticks])
     return fig
+
+
+STAR_PX = 17
+LABEL_FONT = 11
+
+
+def _annotate_highlighted(fig: go.Figure, labels: list[str], mx: np.ndarray, my: np.ndarray, xs: np.ndarray,
+                          ys: np.ndarray, view: tuple[float, float, float, float], fit: TrendFit | None,
+                          legend_rows: list[str]) -> None:
+    """One annotation per highlighted point: the label's box in free space (placed in an assumed
+    :data:`PLOT_AREA` of pixels, text and legend sizes estimated from their characters), its
+    centre given in data coordinates (``axref="x"``) and a leader line to the point."""
+    x_lo, x_hi, y_lo, y_hi = view
+    width, height = PLOT_AREA
+    sx, sy = width / (x_hi - x_lo), height / (y_hi - y_lo)
+
+    def px(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return np.column_stack([(np.asarray(a) - x_lo) * sx, (np.asarray(b) - y_lo) * sy])
+
+    char = 0.62 * LABEL_FONT
+    sizes = np.array([[char * len(t) + 10, LABEL_FONT * 1.35 + 8] for t in labels])
+    longest = max((len(r) for r in legend_rows), default=0)
+    blocked = [(0.0, height - (10 + 19 * len(legend_rows)) - 0.01 * height, 0.01 * width + 46 + char * longest, height)]
+    if fit is not None and fit.kind == "piecewise":                           # the pivot's note, bottom right
+        p = (float(transform(getattr(fit, "pivot"), fit.scale)) - x_lo) * sx
+        blocked.append((p, 0.0, p + 0.62 * 10 * 14 + 8, 10 * 1.35 + 8))
+
+    def below(cx: np.ndarray, cy: np.ndarray) -> np.ndarray:
+        dx = cx / sx + x_lo
+        line = fit.predict_scaled(dx) if fit is not None else dx                 # the trend, else y = x
+        return cy < (line - y_lo) * sy
+
+    stars = px(mx, my)
+    centres = place_labels(stars, sizes, np.vstack([px(xs, ys), stars]),
+                           np.concatenate([np.full(len(xs), 5.0), np.full(len(stars), STAR_PX / 2 + 1.0)]),
+                           (2.0, 2.0, width - 2.0, height - 2.0), blocked=blocked, below=below)
+    for text, (x0, y0), (cx, cy) in zip(labels, np.column_stack([mx, my]), centres):
+        fig.add_annotation(
+            x=round(float(x0), 4), y=round(float(y0), 4), ax=round(float(cx / sx + x_lo), 4),
+            ay=round(float(cy / sy + y_lo), 4), xref="x", yref="y", axref="x", ayref="y", text=text,
+            showarrow=True, arrowhead=0, arrowwidth=0.8, arrowcolor="#444", standoff=STAR_PX / 2,
+            xanchor="center", yanchor="middle", bgcolor="rgba(255,255,255,0.92)", bordercolor="#555",
+            borderwidth=1, borderpad=2, font=dict(size=LABEL_FONT, color="#111"))
 
 
 def synthetic_figure(frame: pd.DataFrame, *, natural_label: str, r: float | None, title: str) -> go.Figure:

@@ -29,6 +29,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from shiftbench.analysis import most_effectively_robust
+from shiftbench.analysis.placement import fitted_on_note, place_models
 from shiftbench.analysis.synthetic import (
     IMAGENET_C_PATTERN, STANDARD_LIKE, SYNTHETIC, complete_severities, corruption_correlations, corruption_settings,
     synthetic_effective_robustness)
@@ -38,7 +39,7 @@ from shiftbench.report.figures import (
     save_figure_formats)
 from shiftbench.report.interactive import calibration_figure, correlation_bars, synthetic_figure, trend_figure
 from shiftbench.report.shifts import ShiftAnalysis, fits_table
-from shiftbench.report.tables import write_table
+from shiftbench.report.tables import placement_table, write_table
 from shiftbench.store import Store
 from shiftbench.testbed import Testbed
 
@@ -110,6 +111,8 @@ class ReportContext:
     seed: int = 0
     figure_formats: Sequence[str] = FORMATS
     on_step: Callable[[str], None] | None = None
+    #: Models to highlight in every scatter and to place first, in the "Your models" section.
+    highlight: tuple[str, ...] = ()
     _ids: itertools.count = field(default_factory=itertools.count)
     _anchors: set[str] = field(default_factory=set)
     steps: int = 0
@@ -164,7 +167,8 @@ class Section:
 
     key: ClassVar[str] = ""
     title: ClassVar[str] = ""
-    #: ``"testbed"``: rendered for each testbed; ``"report"``: once, after the testbeds.
+    #: ``"testbed"``: rendered for each testbed; ``"report"``: once, after the testbeds;
+    #: ``"front"``: once, before the testbeds.
     scope: ClassVar[str] = "testbed"
 
     def available(self, ctx: ReportContext, tb: TestbedReport | None) -> bool:
@@ -176,12 +180,13 @@ class Section:
 
 
 _SECTIONS: dict[str, type[Section]] = {}
+SCOPES = ("testbed", "report", "front")
 
 
 def register_section(cls: type[Section]) -> type[Section]:
     """Class decorator: add a section to the report (in registration order)."""
-    if not cls.key or cls.scope not in ("testbed", "report"):
-        raise ConfigError(f"{cls.__name__}: a section needs a key and scope 'testbed' or 'report'")
+    if not cls.key or cls.scope not in SCOPES:
+        raise ConfigError(f"{cls.__name__}: a section needs a key and scope 'testbed', 'report' or 'front'")
     _SECTIONS[cls.key] = cls
     return cls
 
@@ -210,6 +215,49 @@ def small_table(frame: pd.DataFrame, numeric: dict[str, str]) -> str:
                 cells.append(f"<td>{esc(v)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     return f'<table class="sb-small"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+
+
+# ---------------------------------------------------------------------------- front sections
+@register_section
+class YourModelsSection(Section):
+    """First in the report when models are highlighted (``highlight=...``): per testbed, each
+    highlighted model's accuracies, effective robustness with its 95% interval and rank on
+    every shift (:func:`~shiftbench.analysis.placement.place_models`), and which models the
+    trends were fitted on."""
+
+    key, title, scope = "your-models", "Your models", "front"
+
+    def available(self, ctx: ReportContext, tb: TestbedReport | None) -> bool:
+        return bool(ctx.highlight)
+
+    def render(self, ctx: ReportContext, tb: TestbedReport | None) -> list[Rendered]:
+        parts = [f"<p>Where your models sit among the models of the testbed: on each natural shift, effective "
+                 f"robustness = shifted accuracy minus what the trend of the standard models predicts at the same "
+                 f"in-distribution accuracy (Taori et al. 2020), in percentage points (pp) with its 95% interval, "
+                 f"and its rank among every model of the testbed evaluated on both settings (1 = most effectively "
+                 f"robust).</p>"]
+        for t in ctx.testbeds:
+            mine = [m for m in ctx.highlight if m in t.testbed.models]
+            if len(ctx.testbeds) > 1:
+                parts.append(f"<h4>{esc(t.testbed.name)}</h4>")
+            if not mine:
+                parts.append(f'<p class="sb-note">None of your models is in {esc(t.testbed.name)}.</p>')
+                continue
+            shifts = [a.shift for a in t.analyses if a.fit is not None]
+            placed = place_models(t.testbed, mine, shifts, scale=ctx.scale, n_resamples=ctx.n_resamples,
+                                  seed=ctx.seed)
+            parts.append(f'<p class="sb-note">{esc(fitted_on_note(placed.attrs["fits"], t.testbed, mine))}</p>')
+            unplaced = placed.attrs.get("unplaced") or []
+            if unplaced:
+                parts.append('<p class="sb-note">Not placed (no shift with both accuracies): '
+                             + ", ".join(f"<code>{esc(m)}</code>" for m in unplaced) + ".</p>")
+            if len(placed):
+                parts.append(small_table(placement_table(placed), {
+                    "in-distribution %": ".2f", "shifted %": ".2f", "trend predicts %": ".2f"}))
+                parts.append(ctx.table(placed, t.dir / "your_models",
+                                       f"Your models on {t.testbed.name}: effective robustness (pp) and rank"))
+        anchor = ctx.anchor(self.key)
+        return [Rendered(self.title, anchor, section_html(anchor, self.title, "".join(parts), level=2))]
 
 
 # ---------------------------------------------------------------------------- testbed sections
@@ -271,10 +319,12 @@ class ShiftSections(Section):
         t, shift = tb.testbed, a.shift
         frame, skipped = t.paired(shift.x, shift.y)
         parts = []
+        marked = [m for m in ctx.highlight if m in t.models]
         if a.fit is None:
             parts.append(f'<p class="sb-reason">No trend fitted: {esc(str(a.error).rstrip("."))}.</p>')
             if len(frame):
-                fig = trend_figure(frame, x=shift.x, y=shift.y, title=f"{shift.label} ({t.name})", scale=ctx.scale)
+                fig = trend_figure(frame, x=shift.x, y=shift.y, title=f"{shift.label} ({t.name})", scale=ctx.scale,
+                                   highlight=marked)
                 parts.append(ctx.plot(fig))
             else:
                 parts.append('<p class="sb-note">No model has both accuracies.</p>')
@@ -292,9 +342,9 @@ class ShiftSections(Section):
                      f"cells). {len(frame)} models shown" + (f", {skipped} without both accuracies" if skipped else "")
                      + ".</p>")
         parts.append(ctx.plot(trend_figure(frame, x=shift.x, y=shift.y, title=f"{shift.label} ({t.name})",
-                                           fit=a.fit, band=a.band, er=a.er)))
+                                           fit=a.fit, band=a.band, er=a.er, highlight=marked)))
         if ctx.figure_formats:
-            fig = plot_trend(t, shift.x, shift.y, fit=a.fit, band=a.band, title=shift.label)
+            fig = plot_trend(t, shift.x, shift.y, fit=a.fit, band=a.band, title=shift.label, highlight=marked)
             parts.append(ctx.static_figure(fig, tb.dir / shift.slug))
         assert a.er is not None
         best = most_effectively_robust(a.er, self.top).reset_index()

@@ -8,7 +8,6 @@ is fitted piecewise around the ResNet-50 it was filtered against.
 """
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,43 +15,18 @@ from pathlib import Path
 import pandas as pd
 
 from shiftbench.analysis import (
-    Band, TrendFit, bootstrap_band, effective_robustness, fit_piecewise_trend, fit_trend,
-    most_effectively_robust, robustness_correlation)
+    Band, TrendFit, bootstrap_band, effective_robustness, most_effectively_robust, robustness_correlation)
+# the natural shifts and how each is fitted are pure data and code, shared with analysis.placement
+from shiftbench.analysis.placement import NATURAL_SHIFTS, ShiftPair, fit_shift, fitted_on_note, place_models
 from shiftbench.analysis.trend import DEFAULT_FIT_ON
-from shiftbench.errors import ShiftbenchError
+from shiftbench.errors import ConfigError, ShiftbenchError, did_you_mean
 from shiftbench.report.figures import plot_trend, save_figure
+from shiftbench.report.tables import placement_table
 from shiftbench.testbed import Testbed
 
 
 #: Types left out of the correlation section: trained like the fit's models, so ~0 by design.
 CORRELATION_EXCLUDES = ("STANDARD", "LOW_ACCURACY_CNN")
-
-
-@dataclass(frozen=True)
-class ShiftPair:
-    """A shift to analyse: ``y`` against ``x``; piecewise around the first ``pivot`` model found."""
-
-    label: str
-    x: str
-    y: str
-    pivot: tuple[str, ...] = ()
-
-    @property
-    def slug(self) -> str:
-        return re.sub(r"[^a-z0-9]+", "-", self.label.lower()).strip("-")
-
-
-NATURAL_SHIFTS: tuple[ShiftPair, ...] = (
-    ShiftPair("ImageNetV2", "val", "imagenetv2-matched-frequency-format-val"),
-    ShiftPair("ObjectNet", "val-on-objectnet-classes", "objectnet-1.0-beta"),
-    ShiftPair("ImageNet-R", "val-on-imagenet-r-classes", "imagenet-r"),
-    ShiftPair("ImageNet-Sketch", "val", "imagenet-sketch"),
-    ShiftPair("ImageNet-A", "val-on-imagenet-a-classes", "imagenet-a", pivot=("resnet50", "resnet50.tv_in1k")),
-    ShiftPair("ImageNet-Vid-Robust anchors", "val-on-vid-robust-classes", "imagenet-vid-robust_pm0"),
-    ShiftPair("ImageNet-Vid-Robust pm-10", "imagenet-vid-robust_pm0", "imagenet-vid-robust_pm10"),
-    ShiftPair("YTBB-Robust anchors", "val-on-ytbb-robust-classes", "ytbb-robust_pm0"),
-    ShiftPair("YTBB-Robust pm-10", "ytbb-robust_pm0", "ytbb-robust_pm10"),
-)
 
 
 @dataclass
@@ -77,11 +51,7 @@ def analyse_shift(
     if missing:
         return ShiftAnalysis(shift, error=f"testbed {testbed.name!r} has no setting {missing[0]!r}")
     try:
-        pivot = next((m for m in shift.pivot if m in testbed.models), None)
-        if pivot is not None:
-            fit = fit_piecewise_trend(shift.x, shift.y, pivot, scale, testbed=testbed, fit_on=fit_on)
-        else:
-            fit = fit_trend(shift.x, shift.y, scale, testbed=testbed, fit_on=fit_on)
+        fit = fit_shift(testbed, shift, scale, fit_on=fit_on)
         band = bootstrap_band(fit, n_resamples=n_resamples, seed=seed)
         er = effective_robustness(shift.x, shift.y, testbed=testbed, fit=fit, band=band)
     except ShiftbenchError as exc:
@@ -118,10 +88,11 @@ def fits_table(results: Sequence[ShiftAnalysis]) -> pd.DataFrame:
 def write_testbed_report(
     testbed: Testbed, out_dir: str | Path, *, shifts: Sequence[ShiftPair] = NATURAL_SHIFTS, top: int = 5,
     scale: str = "logit", n_resamples: int = 1000, seed: int = 0,
-    on_step: Callable[[str], None] | None = None,
+    on_step: Callable[[str], None] | None = None, highlight: Sequence[str] = (),
 ) -> tuple[str, list[ShiftAnalysis]]:
     """Analyse ``shifts`` on ``testbed``, write its figures and CSVs under ``out_dir/<testbed>/``
-    and return the Markdown section for it together with the analyses."""
+    and return the Markdown section for it together with the analyses (``highlight``: models
+    drawn as labelled stars in every figure)."""
     out = Path(out_dir) / testbed.name
     out.mkdir(parents=True, exist_ok=True)
     results: list[ShiftAnalysis] = []
@@ -130,7 +101,8 @@ def write_testbed_report(
             on_step(f"{testbed.name}: {shift.label}")
         res = analyse_shift(testbed, shift, scale=scale, n_resamples=n_resamples, seed=seed)
         if res.fit is not None:
-            fig = plot_trend(testbed, shift.x, shift.y, fit=res.fit, band=res.band, title=shift.label)
+            fig = plot_trend(testbed, shift.x, shift.y, fit=res.fit, band=res.band, title=shift.label,
+                             highlight=[m for m in highlight if m in testbed.models])
             res.figures.append(save_figure(fig, out / f"{shift.slug}.png"))
         results.append(res)
 
@@ -214,22 +186,57 @@ def correlation_section(results: Sequence[ShiftAnalysis], reference: str = "Imag
             _fmt_table(pd.DataFrame(rows)), ""]
 
 
+def _your_models(testbed: Testbed, mine: Sequence[str], results: Sequence[ShiftAnalysis], out: Path, *,
+                 scale: str, n_resamples: int, seed: int) -> list[str]:
+    """Markdown lines of the "Your models" section for one testbed (and its CSV)."""
+    lines = [f"### {testbed.name}", ""]
+    if not mine:
+        return lines + [f"None of your models is in {testbed.name}.", ""]
+    placed = place_models(testbed, mine, [r.shift for r in results if r.fit is not None], scale=scale,
+                          n_resamples=n_resamples, seed=seed)
+    placed.to_csv(out / testbed.name / "your_models.csv", index=False)
+    lines += [fitted_on_note(placed.attrs["fits"], testbed, mine), ""]
+    if placed.attrs.get("unplaced"):
+        lines += ["Not placed (no shift with both accuracies): " + ", ".join(placed.attrs["unplaced"]) + ".", ""]
+    if len(placed):
+        lines += [_fmt_table(placement_table(placed)), ""]
+    return lines
+
+
 def write_report(
     testbeds: Sequence[Testbed], out_dir: str | Path, *, shifts: Sequence[ShiftPair] = NATURAL_SHIFTS,
     top: int = 5, scale: str = "logit", n_resamples: int = 1000, seed: int = 0,
-    on_step: Callable[[str], None] | None = None,
+    on_step: Callable[[str], None] | None = None, highlight: Sequence[str] | None = None,
 ) -> Path:
-    """Write ``out_dir/summary.md`` (plus figures and CSVs) for each testbed; returns its path."""
+    """Write ``out_dir/summary.md`` (plus figures and CSVs) for each testbed; returns its path.
+
+    With ``highlight`` (models of the testbeds, your own say), every figure marks them and a
+    "Your models" section comes first: their effective robustness, 95% interval and rank on
+    every fitted shift (:func:`~shiftbench.analysis.placement.place_models`)."""
+    known = {m for tb in testbeds for m in tb.models}
+    marked = list(dict.fromkeys(str(m) for m in ([highlight] if isinstance(highlight, str) else highlight or ())))
+    for m in marked:
+        if m not in known:
+            raise ConfigError(did_you_mean("model", m, sorted(known), "highlight names models of the testbeds"))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     sections = ["# shiftbench report: effective robustness under natural distribution shift", "",
                 f"Each figure plots shifted against in-distribution accuracy in {scale} space; the line is "
                 "fitted on the standard models (Taori et al. 2020), error bars are 99.5% Clopper-Pearson "
                 "intervals. Effective robustness = a model's shifted accuracy minus the line's prediction.", ""]
+    head = len(sections)
+    yours = ["## Your models", "",
+             "Effective robustness (pp, with its 95% interval) and its rank among the models of the testbed "
+             "evaluated on both settings (1 = most effectively robust).", ""]
     for tb in testbeds:
-        text, _ = write_testbed_report(tb, out, shifts=shifts, top=top, scale=scale,
-                                       n_resamples=n_resamples, seed=seed, on_step=on_step)
+        mine = [m for m in marked if m in tb.models]
+        text, results = write_testbed_report(tb, out, shifts=shifts, top=top, scale=scale, n_resamples=n_resamples,
+                                             seed=seed, on_step=on_step, highlight=mine)
         sections.append(text)
+        if marked:
+            yours += _your_models(tb, mine, results, out, scale=scale, n_resamples=n_resamples, seed=seed)
+    if marked:
+        sections[head:head] = yours                             # right after the title and the intro
     path = out / "summary.md"
     path.write_text("\n".join(sections) + "\n")
     return path

@@ -80,3 +80,21 @@ def write_table(frame: pd.DataFrame, stem: str | Path, *, caption: str | None = 
             raise ConfigError(f"unknown table format {ext!r}; use one of {', '.join(TABLE_FORMATS)}")
         paths.append(path)
     return paths
+
+
+def signed_interval(er: float, low: float, high: float, digits: int = 1) -> str:
+    """Effective robustness with its interval, e.g. ``+3.2 [+1.0, +5.1] pp``."""
+    return f"{er:+.{digits}f} [{low:+.{digits}f}, {high:+.{digits}f}] pp"
+
+
+def placement_table(placed: pd.DataFrame) -> pd.DataFrame:
+    """:func:`~shiftbench.analysis.placement.place_models` output as the report shows it."""
+    return pd.DataFrame({
+        "model": placed["model"], "shift": placed["shift"],
+        "in-distribution %": placed["x_acc"], "shifted %": placed["y_acc"],
+        "trend predicts %": placed["predicted_y_acc"],
+        "effective robustness (95% interval)": [signed_interval(*v) for v in zip(
+            placed["effective_robustness"], placed["er_low"], placed["er_high"])],
+        "rank": [f"{r} of {n}" for r, n in zip(placed["rank"], placed["n_ranked"])],
+        "note": ["" if ok else "outside the fitted models' accuracies (extrapolated)" for ok in placed["in_fit_range"]],
+    })

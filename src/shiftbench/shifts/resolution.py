@@ -64,6 +64,9 @@ def resolution_preprocessing(base: Any, resolution: int, adjust_resize_ratio: bo
     (288, 329)
     >>> resolution_preprocessing(Preprocessing(), 288, adjust_resize_ratio=False).resize
     288
+
+    A non-square input (a timm config's ``(H, W)``) is swept as square ``resolution`` crops,
+    except at its own width, where the model's own input is kept.
     """
     if int(resolution) != resolution or resolution < 1:
         raise ConfigError(f"resolution must be a positive integer, got {resolution!r}")
@@ -74,7 +77,10 @@ def resolution_preprocessing(base: Any, resolution: int, adjust_resize_ratio: bo
         resize = base.resize
     else:
         resize = max(r, round(r / base.crop_pct))
-    return dataclasses.replace(base, input_size=r, resize=resize)
+    square = {f.name: None for f in dataclasses.fields(base) if f.name in ("input_height", "resize_height")}
+    if square and r == base.input_size:
+        square = {}                  # the model's own (possibly non-square) input at its own resolution
+    return dataclasses.replace(base, input_size=r, resize=resize, **square)
 
 
 def resolution_sweep(
