@@ -12,3 +12,12 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 FIXTURES = Path(__file__).parent / "fixtures"
 if str(FIXTURES) not in sys.path:
     sys.path.insert(0, str(FIXTURES))
+
+
+def pytest_terminal_summary(terminalreporter):
+    """``docs: N blocks run, M marked not runnable offline: FILE:LINE (reason), ...`` after a run
+    that included tests/test_doc_blocks.py (shown with -q too)."""
+    docblocks = sys.modules.get("docblocks")
+    line = docblocks.summary_line() if docblocks else None
+    if line:
+        terminalreporter.write_line(line)

