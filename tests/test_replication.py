@@ -365,3 +365,17 @@ def test_cli_label_space_writes_the_sidecar_and_says_so(imagenet_candidates, tmp
     assert read_manifest(out).num_classes == 1000
     result = CliRunner().invoke(cli.app, [*args, "--json"])
     assert json.loads(result.stdout)["label_space_sidecar"] == f"{out}.classes.json"
+
+
+def test_rewriting_a_manifest_without_a_label_space_removes_the_old_sidecar(tmp_path):
+    from shiftbench.datasets.manifest import sidecar_of
+    from shiftbench.datasets.replication import Replication
+
+    img = tmp_path / "a.png"
+    img.write_bytes(b"")
+    rep = Replication(manifest=pd.DataFrame({"path": [str(img)], "label": [0], "selection_frequency": [0.9]}),
+                      summary=pd.DataFrame(), strategy="top-images")
+    rep.write(tmp_path / "m.csv", label_space="imagenet-1k")
+    assert sidecar_of(tmp_path / "m.csv") is not None
+    rep.write(tmp_path / "m.csv")
+    assert sidecar_of(tmp_path / "m.csv") is None

@@ -12,7 +12,7 @@ from shiftbench.analysis import (
     Band, Correlation, PiecewiseTrendFit, TrendFit, accuracy_interval, bootstrap_band, clopper_pearson,
     effective_robustness, fit_piecewise_trend, fit_trend, most_effectively_robust, relative_robustness,
     robustness_correlation)
-from shiftbench.errors import ConfigError, DataError, ModelError, ShiftbenchError, StoreError
+from shiftbench.errors import ConfigError, DataError, ModelError, ShiftbenchError, ShiftError, StoreError
 from shiftbench.reference import list_testbeds, load_testbed
 from shiftbench.testbed import Testbed
 
@@ -52,5 +52,5 @@ __all__ = [
     "clopper_pearson", "accuracy_interval",
     "effective_robustness", "relative_robustness", "most_effectively_robust",
     "robustness_correlation", "Correlation",
-    "ShiftbenchError", "ConfigError", "DataError", "ModelError", "StoreError", *_LAZY,
+    "ShiftbenchError", "ConfigError", "DataError", "ModelError", "ShiftError", "StoreError", *_LAZY,
 ]

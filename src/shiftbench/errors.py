@@ -30,6 +30,11 @@ class StoreError(ShiftbenchError):
     """The results store is unreadable, corrupted or locked."""
 
 
+class ShiftError(ShiftbenchError, RuntimeError):
+    """A synthetic shift (corruption, PGD, Noise2Net, ...) failed while the engine applied it;
+    the message names the shift and the settings, the original exception is its ``__cause__``."""
+
+
 def _tokens(name: str) -> list[str]:
     return [t for t in re.split(r"[-_.\s/:]+", name.lower()) if t]
 

@@ -13,7 +13,10 @@ convention is stored beside every number.
 
 Custom data: ``folder:<dir>``, ``manifest:<file.csv|parquet>``, ``hf:<saved dataset dir>`` and
 ``composite:<spec.json|yaml>`` (SI-SCORE-style object compositing, :mod:`shiftbench.shifts.compositing`)
-are settings too (full label space, top-1/top-5).
+are settings too (full label space, top-1/top-5). ``folder:<dir>?classes=imagenet-1k`` (or
+``manifest:<file>?classes=...``) declares the label space the class names belong to; a folder
+of ImageNet wnid or class-name sub-folders is recognised as such with an ImageNet model anyway
+(:func:`shiftbench.datasets.image_folder`).
 
 Synthetic shifts are generated on the fly from the decoded images (one decode for every shift):
 ``imagenet-c.<corruption>.<severity>_in-memory``, ``greyscale`` and ``pgd.<norm>.eps<eps>`` on
@@ -190,7 +193,36 @@ def custom_setting(name: str) -> Setting:
         from shiftbench.shifts.compositing import register_composite_dataset
 
         register_composite_dataset()
-    return Setting(name, prefix, _full, f"user data ({prefix}) at {path}", dataset_args=(("path", path),))
+    path, options = _query(name, prefix, path)
+    described = "".join(f", {k} {v}" for k, v in options)
+    return Setting(name, prefix, _full, f"user data ({prefix}) at {path}{described}",
+                   dataset_args=(("path", path), *options))
+
+
+#: ``<prefix>:<path>?<key>=<value>`` options of custom settings, passed to the dataset's builder.
+CUSTOM_OPTIONS = {"folder": ("classes",), "manifest": ("classes",)}
+
+
+def _query(name: str, prefix: str, path: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """Split ``DIR?classes=imagenet-1k`` into the path and its options (``?a=x&b=y``); a ``?``
+    not followed by ``key=value`` pairs is part of the path."""
+    head, sep, query = path.rpartition("?")
+    pairs = [p.partition("=") for p in query.split("&")] if sep else []
+    if not head or not pairs or not all(k and eq for k, eq, _ in pairs):
+        return path, ()
+    allowed = CUSTOM_OPTIONS.get(prefix, ())
+    for key, _, value in pairs:
+        if key not in allowed:
+            takes = ", ".join(f"?{k}=" for k in allowed) or "no ?options"
+            where = f"{prefix}: settings take {takes}"
+            raise ConfigError(f"custom setting {name!r}: " + did_you_mean("option", key, allowed, where))
+        if not value:
+            raise ConfigError(f"custom setting {name!r}: ?{key}= needs a value, e.g. ?classes=imagenet-1k")
+        if key == "classes" and not value.lower().endswith((".txt", ".json")):
+            from shiftbench.datasets.manifest import known_label_space
+
+            known_label_space(value)  # an unknown name fails before any model is loaded
+    return head, tuple((k, v) for k, _, v in pairs)
 
 
 def parse_shift(text: str) -> tuple[str, int | None]:

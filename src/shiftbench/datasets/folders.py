@@ -10,7 +10,9 @@ accepts a partial copy (some class folders missing) of the named datasets.
 from __future__ import annotations
 
 import os
-from functools import partial
+import re
+from dataclasses import dataclass, fields
+from functools import lru_cache, partial
 from pathlib import Path
 
 import pandas as pd
@@ -26,10 +28,13 @@ from shiftbench.datasets._scan import (
     subdirs,
 )
 from shiftbench.datasets.base import FileDataset
+from shiftbench.datasets.manifest import LabelSpace, _norm, known_label_space, label_space_of
 from shiftbench.datasets.registry import register_dataset
 from shiftbench.errors import ConfigError, DataError, did_you_mean
 
 IMAGENET = "imagenet-1k"
+#: A WordNet id as ImageNet names its class folders: ``n`` and eight digits.
+WNID = re.compile(r"n\d{8}")
 IMAGENETV2_VARIANTS = ("matched-frequency", "threshold0.7", "top-images")
 #: The 15 ImageNet-C corruptions plus the 4 extra ones (Hendrycks & Dietterich 2019).
 IMAGENET_C_CORRUPTIONS = (
@@ -68,20 +73,164 @@ def _class_folders(root: Path, name: str, expected: str, wanted: dict[str, int],
 
 
 # --------------------------------------------------------------------------- generic folder
-def image_folder(root: Path | str, name: str | None = None, classes: list[str] | None = None,
-                 label_space: str | None = None) -> FileDataset:
+IMAGENET_WIDTH = 1000
+#: torchvision's ImageNet category names that differ from the shipped short names once case and
+#: separators are folded (torchvision >= 0.13 renamed the two duplicated names).
+TORCHVISION_RENAMES = {134: "crane bird", 639: "maillot tank suit"}
+
+
+@dataclass
+class FolderDataset(FileDataset):
+    """A class-folder dataset; ``notes`` say how its sub-folders were read (printed and stored
+    beside every result, e.g. that they are ImageNet classes scored on the 1,000-way logits)."""
+
+    notes: tuple[str, ...] = ()
+
+
+@lru_cache(maxsize=None)
+def _imagenet_name_tables() -> tuple[dict[str, frozenset[int]], ...]:
+    """ImageNet-1k indices by folder name, tried in order: (1) exact wnid, short name
+    (``Egyptian_cat``) or torchvision category name; (2) the same with case and ``_``/``-``/space
+    folded; (3) any lemma of the synset description, or the whole description (timm's
+    ``ImageNetInfo`` descriptions: ``tabby, tabby cat``), folded."""
+    exact: dict[str, set[int]] = {}
+    folded: dict[str, set[int]] = {}
+    lemmas: dict[str, set[int]] = {}
+    descriptions = cm._read_json("objectnet__imagenet_to_labels.json")
+    for i, (wnid, short) in enumerate(cm.imagenet_classes()):
+        for n in (wnid, short, TORCHVISION_RENAMES.get(i)):
+            if n:
+                exact.setdefault(n, set()).add(i)
+                folded.setdefault(_norm(n), set()).add(i)
+        desc = descriptions[str(i)]
+        for n in (desc, *desc.split(",")):
+            lemmas.setdefault(_norm(n), set()).add(i)
+    return tuple({k: frozenset(v) for k, v in t.items()} for t in (exact, folded, lemmas))
+
+
+def imagenet_classes_named(folder: str) -> frozenset[int]:
+    """The ImageNet-1k indices a folder name may mean: one for a wnid (``n02123045``) or a class
+    name (``tabby``, ``Egyptian cat``, ``tabby cat``), several for an ambiguous name (``crane``:
+    the bird and the machine), none for anything else. Integers are not class names here."""
+    exact, folded, lemmas = _imagenet_name_tables()
+    return exact.get(folder.strip()) or folded.get(_norm(folder)) or lemmas.get(_norm(folder)) or frozenset()
+
+
+def _ambiguous(root: Path, folder: str, hits: frozenset[int]) -> DataError:
+    classes = cm.imagenet_classes()
+    which = ", ".join(f"{classes[i][0]} = {classes[i][1]}" for i in sorted(hits))
+    return DataError(f"folder {root}: sub-folder {folder!r} is ambiguous among ImageNet classes ({which}); "
+                     f"rename it to the wnid of the class it holds")
+
+
+def _not_imagenet(root: Path, folder: str, hint: str) -> DataError:
+    choices = [*cm.imagenet_names(), *TORCHVISION_RENAMES.values()]
+    return DataError(f"folder {root}: " + did_you_mean("ImageNet class", folder, choices, hint))
+
+
+def _space_targets(root: Path, folders: list[str], space: LabelSpace) -> dict[str, int]:
+    """Each sub-folder's index in a declared label space (ImageNet: wnid, class name or index
+    0..999); a folder that is not a class of the space is a :class:`DataError` naming it."""
+    targets: dict[str, int] = {}
+    for f in folders:
+        if space.name != IMAGENET:
+            try:
+                targets[f] = space.index(f)
+            except DataError as exc:
+                raise DataError(f"folder {root}, sub-folder {f!r}: {exc}") from None
+            continue
+        hits = imagenet_classes_named(f)
+        if not hits and f.isdigit() and int(f) < IMAGENET_WIDTH:
+            hits = frozenset({int(f)})
+        if not hits:
+            raise _not_imagenet(root, f, "sub-folders are read as ImageNet wnids, e.g. n02123045, class names or "
+                                         "indices 0..999: rename it, or drop ?classes=imagenet-1k")
+        if len(hits) > 1:
+            raise _ambiguous(root, f, hits)
+        targets[f] = next(iter(hits))
+    return targets
+
+
+def _detect_imagenet(root: Path, folders: list[str]) -> dict[str, int] | None:
+    """ImageNet-1k targets if every sub-folder is an ImageNet wnid or class name, else ``None``.
+    A folder mostly of ImageNet classes with a few other names, or with an ambiguous name, is a
+    :class:`DataError` naming the folder (it could not be scored by a 1000-output model anyway)."""
+    hits = {f: imagenet_classes_named(f) for f in folders}
+    unknown = [f for f, h in hits.items() if not h]
+    if unknown:
+        if 2 * len(unknown) < len(folders):
+            raise _not_imagenet(root, unknown[0], f"{len(folders) - len(unknown)} of {len(folders)} sub-folders are "
+                                                  "ImageNet classes: name the others by wnid or class name to score "
+                                                  "the folder on an ImageNet model's 1000 logits; "
+                                                  "?classes=imagenet-1k also reads indices 0..999")
+        return None
+    for f, h in hits.items():
+        if len(h) > 1:
+            raise _ambiguous(root, f, h)
+    return {f: next(iter(h)) for f, h in hits.items()}
+
+
+def _label_space_note(root: Path, targets: dict[str, int], space: LabelSpace) -> str:
+    n = len(targets)
+    if space.name != IMAGENET:
+        return (f"folder {root}: {n} sub-folders are classes of {space.describe()}; "
+                f"scored on its {len(space.classes)} classes")
+    wnids = sum(bool(WNID.fullmatch(f)) for f in targets)
+    kind = "wnids" if wnids == n else "class names" if wnids == 0 else "wnids and class names"
+    return f"folder {root}: {n} sub-folders are ImageNet classes ({kind}); scored on the 1,000-way logits"
+
+
+def image_folder(root: Path | str, name: str | None = None, classes: list[str] | str | Path | None = None,
+                 label_space: str | None = None, model_outputs: int | None = None) -> FolderDataset:
     """Any ``root/<class>/**/<image>`` folder (torchvision ``ImageFolder`` semantics).
 
-    Class ``i`` is ``classes[i]`` if given (each must exist), else the ``i``-th sub-folder in
-    sorted order. Extensions (case-insensitive): jpg, jpeg, png, bmp, webp, tif, tiff, ppm, pgm;
-    other files are listed in ``skipped_on_scan``; dot-files are ignored. ``label_space``
-    defaults to ``custom:<name>`` (``name`` defaults to the folder's name).
+    Class ``i`` is ``classes[i]`` if ``classes`` is a list (each must exist), else the ``i``-th
+    sub-folder in sorted order. Extensions (case-insensitive): jpg, jpeg, png, bmp, webp, tif,
+    tiff, ppm, pgm; other files are listed in ``skipped_on_scan``; dot-files are ignored.
+    ``label_space`` defaults to ``custom:<name>`` (``name`` defaults to the folder's name).
+
+    **A subset of a known label space.** ``classes="imagenet-1k"`` (the setting
+    ``folder:DIR?classes=imagenet-1k``; also ``cifar10`` or a ``.txt``/``.json`` class list, as
+    for a manifest, :func:`~shiftbench.datasets.manifest.label_space_of`) reads every sub-folder
+    name as a class of that space: for ImageNet a wnid (``n02123045``), a class name in any case
+    with ``_``/``-``/spaces (the shipped short names, torchvision's category names, any lemma of
+    timm's synset descriptions, e.g. ``tabby cat``) or an index 0..999. Targets are then that
+    space's indices and ``num_classes`` its size (1000), so a 1000-output model is scored on all
+    its logits. A sub-folder that is not a class is a :class:`DataError` naming it and the
+    closest classes; an ambiguous name (``crane``: bird or machine) one naming the wnids.
+
+    **Auto-detection** (``classes`` not given): when ``model_outputs`` -- the output width of
+    the ImageNet model the folder is evaluated with, passed by the runner -- is 1000 *and*
+    differs from the number of sub-folders, and every sub-folder is an ImageNet wnid or class
+    name (not an index), the folder is read as ``classes="imagenet-1k"``. When the model has
+    as many outputs as there are sub-folders (a model fine-tuned on this folder, or 1000 wnid
+    folders, where both readings agree), the folder keeps its own sorted-folder label space,
+    as it does when fewer than half of the sub-folders are ImageNet classes (the model's width
+    check then fails as before); between the two (most, not all) is a :class:`DataError` naming
+    the first other sub-folder. Read in a declared or detected space, the dataset's ``notes``
+    say so ("N sub-folders are ImageNet classes (wnids); scored on the 1,000-way logits"); the
+    runner prints them and stores them, with ``label_space``, beside every result.
     """
     root = Path(root)
     name = name or root.name or "folder"
     expected = f"{root}/<class>/<image> (one folder per class)"
     require_dir(root, name, expected)
     present = subdirs(root)
+    if not present and (classes is None or isinstance(classes, str | Path)):
+        raise LayoutError(name, expected, root / "<class>", f"no class folders in {root}")
+    space, targets = None, None
+    if isinstance(classes, str | Path):
+        space = label_space_of(classes)
+        targets = _space_targets(root, present, space)
+    elif classes is None and model_outputs == IMAGENET_WIDTH and len(present) != IMAGENET_WIDTH:
+        targets = _detect_imagenet(root, present)
+        space = known_label_space(IMAGENET) if targets is not None else None
+    if space is not None and targets is not None:
+        ex = scan_class_folders(root, targets)
+        ds = file_dataset(name, root, ex, label_space=space.name or label_space or f"custom:{name}",
+                          num_classes=len(space.classes), class_names=list(space.classes),
+                          skipped=_stray_images(root, set(present)), expected=expected)
+        return _with_notes(ds, (_label_space_note(root, targets, space),))
     if classes is not None:
         for c in classes:
             if c not in present:
@@ -90,8 +239,13 @@ def image_folder(root: Path | str, name: str | None = None, classes: list[str] |
     if not names:
         raise LayoutError(name, expected, root / "<class>", f"no class folders in {root}")
     ex = scan_class_folders(root, {c: i for i, c in enumerate(names)})
-    return file_dataset(name, root, ex, label_space=label_space or f"custom:{name}", num_classes=len(names),
-                        class_names=names, skipped=_stray_images(root, set(present)), expected=expected)
+    ds = file_dataset(name, root, ex, label_space=label_space or f"custom:{name}", num_classes=len(names),
+                      class_names=names, skipped=_stray_images(root, set(present)), expected=expected)
+    return _with_notes(ds, ())
+
+
+def _with_notes(ds: FileDataset, notes: tuple[str, ...]) -> FolderDataset:
+    return FolderDataset(**{f.name: getattr(ds, f.name) for f in fields(ds)}, notes=notes)
 
 
 # --------------------------------------------------------------------------- ImageNet val
@@ -333,6 +487,8 @@ _reg("imagenet-c", default_dir="imagenet-c", required=("corruption", "severity")
      layout="<corruption>/<severity 1..5>/<wnid>/*.JPEG (1000 wnid folders)")(imagenet_c_on_disk)
 
 
-@register_dataset("folder", default_dir=None, label_space="custom:<name>", layout="<dir>/<class>/<image>")
-def _folder(path: Path | str, **kwargs) -> FileDataset:
-    return image_folder(path, **kwargs)
+@register_dataset("folder", default_dir=None, label_space="custom:<name> or imagenet-1k",
+                  layout="<dir>/<class>/<image> (class = any name; ImageNet wnids/names: ?classes=imagenet-1k)")
+def _folder(path: Path | str, name: str | None = None, classes: list[str] | str | Path | None = None,
+            label_space: str | None = None, model_outputs: int | None = None) -> FolderDataset:
+    return image_folder(path, name=name, classes=classes, label_space=label_space, model_outputs=model_outputs)

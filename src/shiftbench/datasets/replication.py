@@ -321,8 +321,9 @@ class Replication:
         manifest keeps that space's indices and size: a replication of some ImageNet classes,
         labelled by index, wnid or name, evaluates a 1000-output model. Every label must be a
         class of it (checked before anything is written), else a :class:`DataError` naming the
-        label and the closest classes. Labels are written as given."""
-        from shiftbench.datasets.manifest import label_space_of, write_label_space
+        label and the closest classes. Labels are written as given. Without ``label_space``, a
+        sidecar an earlier write left beside ``path`` is removed (it would relabel this manifest)."""
+        from shiftbench.datasets.manifest import SIDECAR_SUFFIXES, label_space_of, write_label_space
 
         path = Path(path)
         suffix = path.suffix.lower()
@@ -351,6 +352,9 @@ class Replication:
             frame.to_parquet(tmp, index=False)
         if space is not None:
             write_label_space(path, space)
+        else:                        # a sidecar left by an earlier write would relabel this manifest
+            for suffix in SIDECAR_SUFFIXES:
+                path.with_name(path.name + suffix).unlink(missing_ok=True)
         os.replace(tmp, path)
         return path
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import platform
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -28,7 +29,7 @@ import pyarrow as pa
 
 import shiftbench
 from shiftbench.datasets.base import ImageDataset, ImageDecodeError
-from shiftbench.errors import ConfigError
+from shiftbench.errors import ConfigError, ShiftbenchError, ShiftError
 from shiftbench.models.base import LoadedModel
 from shiftbench.settings import Setting, check_convention, get_setting
 from shiftbench.shifts import get_shift
@@ -229,16 +230,26 @@ class Pass:
         import torch
 
         if self.shift is not None:
-            if self.shift.needs_model:
-                targets = torch.as_tensor([t if np.isscalar(t) else t[0] for t in
-                                           (self.dataset.targets[int(i)] for i in idx)], device=x.device)
-                x = self.shift(x, idx, self.seed, model=module, targets=targets)
-            else:
-                x = self.shift(x, idx, self.seed)
-            x = x.contiguous(memory_format=torch.channels_last)
+            x = self._shifted(module, x, idx).contiguous(memory_format=torch.channels_last)
         logits = module(x).float().cpu().numpy()
         _check_logits(logits, self.model, errors, expected)
         return logits
+
+    def _shifted(self, module: Any, x: Any, idx: Any) -> Any:
+        """The batch under this pass's shift; an unexpected failure inside the shift becomes a
+        one-line :class:`ShiftError` naming the shift and its settings (ShiftbenchErrors pass)."""
+        import torch
+
+        try:
+            if self.shift.needs_model:
+                targets = torch.as_tensor([t if np.isscalar(t) else t[0] for t in
+                                           (self.dataset.targets[int(i)] for i in idx)], device=x.device)
+                return self.shift(x, idx, self.seed, model=module, targets=targets)
+            return self.shift(x, idx, self.seed)
+        except ShiftbenchError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any failure inside a shift is reported as one
+            raise ShiftError(shift_failure(self.shift.id, [j.setting.name for j in self.jobs], exc)) from exc
 
     def finish(self) -> list[dict[str, Any]]:
         """Summarise and mark done every setting whose chunks are all present."""
@@ -252,6 +263,7 @@ class Pass:
                 scan = list(getattr(self.dataset, "skipped_on_scan", []) or [])
                 summary.update(n_skipped_on_scan=len(scan), skipped_on_scan=[f"{i}: {why}" for i, why in scan[:100]])
                 summary.update(shift=None if self.shift is None else self.shift.id, seed=self.seed)
+                summary.update(label_space=self.dataset.label_space, notes=list(getattr(self.dataset, "notes", ())))
                 summary.update(model=self.model.name, setting=job.setting.name, dataset=self.dataset.name,
                                convention=self.conventions[job.key], spec=self.model.spec,
                                model_type=self.model.metadata.get("model_type", "UNKNOWN"),
@@ -263,9 +275,31 @@ class Pass:
         return rows
 
 
+def shift_failure(shift_id: str, settings: Sequence[str], exc: BaseException) -> str:
+    """One line: which shift failed, on which settings, why (the exception's text with its
+    newlines folded), and how to see the traceback."""
+    why = " ".join(str(exc).split()) or "no message"
+    if len(why) > 500:
+        why = why[:497] + "..."
+    hint = ("; try a smaller --batch-size" if isinstance(exc, MemoryError) or "out of memory" in why.lower()
+            else "")
+    return (f"shift {shift_id!r} failed on setting {', '.join(repr(s) for s in settings)} "
+            f"({type(exc).__name__}: {why}){hint}; rerun with --debug for the traceback")
+
+
+#: On CPU the shifts and the model see each batch in slices of at most this many bytes of input
+#: (6 images at 224 px; whole batches of small images): glibc's malloc hands every freed buffer
+#: above 32 MB back to the OS, so a large CPU batch spends most of its time in page faults.
+#: Measured (EfficientNet-Lite0, 2 shared cores): forward 31-46 img/s at batch 64, 68-125 at 8;
+#: the same batch-64 forward with MALLOC_MMAP_MAX_=0 143-154. Examples are independent, so the
+#: slicing cannot change a result.
+CPU_SLICE_BYTES = 4 << 20
+
+
 def run_dataset(passes: Sequence[Pass], *, device: str, batch_size: int, workers: int,
                 on_images: Callable[[int], None]) -> None:
-    """Decode each needed image of the dataset once and feed every pass (clean and each shift)."""
+    """Decode each needed image of the dataset once and feed every pass (clean and each shift);
+    on CPU in slices of :data:`CPU_SLICE_BYTES`."""
     import torch
 
     if not passes:
@@ -298,13 +332,15 @@ def run_dataset(passes: Sequence[Pass], *, device: str, batch_size: int, workers
                 flush()
             current = chunk
             x = x.to(device, non_blocking=True).contiguous(memory_format=torch.channels_last)
+            step = len(idx) if x.device.type != "cpu" else max(1, CPU_SLICE_BYTES // max(1, x[0].nbytes))
             for p in passes:
                 if chunk in needed[p]:
-                    logits = p.forward(module, x, idx, list(err), expected)
                     buf = buffers.setdefault(p, ([], [], []))
-                    buf[0].append(idx.numpy())
-                    buf[1].append(logits)
-                    buf[2].append(list(err))
+                    for s in range(0, len(idx), step):
+                        errors = list(err[s:s + step])
+                        buf[0].append(idx[s:s + step].numpy())
+                        buf[1].append(p.forward(module, x[s:s + step], idx[s:s + step], errors, expected))
+                        buf[2].append(errors)
             on_images(len(idx))
     if current is not None:
         flush()
@@ -424,7 +460,10 @@ def evaluate(
         groups[s.dataset_key].append(s)
     datasets: list[tuple[ImageDataset, list[Pass]]] = []
     for (dataset_name, args), group in groups.items():
-        ds = _load(dataset_name, data_root, data_dirs, dict(args), partial)
+        ds = _load(dataset_name, data_root, data_dirs, dict(args), partial, _imagenet_outputs(loaded, group))
+        if progress is True:  # how the data was read, e.g. a folder of ImageNet classes on the 1000-way logits
+            for note in getattr(ds, "notes", ()):
+                print(f"note: {note}", file=sys.stderr)
         if limit is not None and limit < len(ds):
             ds = ds.subset(range(limit))
         by_shift: dict[Any, list[Setting]] = defaultdict(list)
@@ -460,13 +499,25 @@ def evaluate(
     return frame[RESULT_KEYS + [c for c in frame.columns if c not in RESULT_KEYS]]
 
 
-def _load(name: str, data_root: Any, data_dirs: Any, args: dict[str, Any], partial: bool) -> ImageDataset:
+def _imagenet_outputs(model: LoadedModel, group: Sequence[Setting]) -> int | None:
+    """The output width an ImageNet model offers a folder for label-space auto-detection
+    (:func:`shiftbench.datasets.image_folder`); none where a class map scores the folder's own classes."""
+    if model.label_space != "imagenet-1k" or any("@classmap:" in s.name for s in group):
+        return None
+    return model.num_classes
+
+
+def _load(name: str, data_root: Any, data_dirs: Any, args: dict[str, Any], partial: bool,
+          model_outputs: int | None = None) -> ImageDataset:
     import inspect
 
     from shiftbench.datasets import get_dataset_entry, load_dataset
 
-    if partial and "strict" in inspect.signature(get_dataset_entry(name).builder).parameters:
+    params = inspect.signature(get_dataset_entry(name).builder).parameters
+    if partial and "strict" in params:
         args["strict"] = False
+    if model_outputs is not None and "model_outputs" in params and "classes" not in args:
+        args["model_outputs"] = model_outputs
     return load_dataset(name, data_root, overrides=data_dirs, **args)
 
 
