@@ -158,3 +158,21 @@ def test_unknown_crop_mode_or_half_a_non_square_size_is_a_config_error():
 def test_timm_source_docstring_examples_run():
     result = doctest.testmod(timm_source)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_a_non_square_model_skips_an_undecodable_image_in_a_batch(tmp_path, monkeypatch):
+    """The placeholder of a skipped image has the model's (H, W), so it batches with the others."""
+    from PIL import Image
+
+    from conftest import FIXTURES
+    from shiftbench.engine import evaluate
+
+    monkeypatch.syspath_prepend(str(FIXTURES))
+    for c in range(7):
+        d = tmp_path / "data" / f"class{c}"
+        d.mkdir(parents=True)
+        Image.new("RGB", (30, 20), (c, 0, 128)).save(d / "a.png")
+    (tmp_path / "data" / "class0" / "broken.png").write_bytes(b"\x89PNG not really")
+    res = evaluate("python:oracle_models:oracle7_wide", [f"folder:{tmp_path / 'data'}"], store=tmp_path / "s",
+                   batch_size=4, workers=0, progress=False)
+    assert int(res["n_examples"].iloc[0]) == 7 and int(res["n_skipped"].iloc[0]) == 1

@@ -44,7 +44,7 @@ ProgressFn = Callable[[str, int, int], None]
 class _Decoded:
     """torch Dataset view of an ImageDataset: (tensor in [0, 1], index, error or '')."""
 
-    def __init__(self, dataset: ImageDataset, transform: Callable, size: int) -> None:
+    def __init__(self, dataset: ImageDataset, transform: Callable, size: tuple[int, int]) -> None:
         self.dataset, self.transform, self.size = dataset, transform, size
 
     def __len__(self) -> int:
@@ -56,7 +56,7 @@ class _Decoded:
         try:
             return self.transform(self.dataset.load(i)), i, ""
         except ImageDecodeError as exc:
-            return torch.zeros(3, self.size, self.size), i, exc.reason
+            return torch.zeros(3, *self.size), i, exc.reason
 
 
 class _ChunkBatches:
@@ -311,7 +311,7 @@ def run_dataset(passes: Sequence[Pass], *, device: str, batch_size: int, workers
         return
     pre = first.model.preprocessing
     loader = torch.utils.data.DataLoader(
-        _Decoded(first.dataset, pre.transform(), pre.input_size),
+        _Decoded(first.dataset, pre.transform(), pre.input_hw),
         batch_sampler=_ChunkBatches(chunks, first.chunk_size, len(first.dataset), batch_size),
         num_workers=workers, persistent_workers=False, pin_memory=device.startswith("cuda"),
         prefetch_factor=4 if workers else None)

@@ -11,7 +11,7 @@ Spec grammar (``<source>:<target>``; a spec without ``:`` names a built-in model
         default: the builder's DEFAULT weights; preprocessing from weights.transforms();
         named <builder> for IMAGENET1K_V1 (as in imagenet-reference), else <builder>@<WEIGHTS>
     timm:<arch>[.<pretrained_tag>]                timm:resnet50.a1_in1k
-        preprocessing from timm's pretrained config (resize = floor(input_size / crop_pct));
+        timm's own eval transform from its pretrained config (input size, crop_pct, crop_mode), less Normalize;
         named by the full timm name (as in timm-reference); model type by its pretrain tag
     checkpoint:<path>  with arch=<arch spec>      checkpoint:ft.safetensors, arch="timm:resnet50"
         .safetensors or a weights-only torch.save file (never unrestricted pickle); arch is
