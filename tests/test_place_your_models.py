@@ -141,3 +141,14 @@ def test_cli_place_ranks_the_added_models_on_every_shift_they_have(mine):
     assert "of your models, resnet50 is in the fit" in text
     result = invoke("place", "-t", REF)
     assert "no models to place" in result.output_error
+
+
+def test_every_analysis_command_merges_repeated_testbeds(mine):
+    result = invoke("diagnostics", "-t", REF, "-t", str(mine), "--json")
+    assert result.exit_code == 0, result.output
+    assert any(r["shift"] == "ImageNetV2" for r in json.loads(result.stdout))
+    result = invoke("mce", "-t", REF, "-t", str(mine), "--model", "resnet50", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["model"] == "resnet50"
+    result = invoke("list", "models", "-t", REF, "-t", str(mine), "--type", "UNKNOWN")
+    assert result.stdout.split() == ["my-untyped-net"]
