@@ -32,8 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-from shiftbench.analysis.similarity import (
-    CorrectnessMatrix, correctness_matrix, model_similarity, unsolved_examples)
+from shiftbench.analysis.similarity import model_similarity, unsolved_examples
+from shiftbench.correctness import CorrectnessMatrix, correctness_matrix
 
 TARGET_S, TARGET_GIB = 30.0, 4.0
 

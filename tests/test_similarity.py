@@ -23,8 +23,8 @@ from PIL import Image
 from typer.testing import CliRunner
 
 from shiftbench.analysis.similarity import (
-    CorrectnessMatrix, correctness_matrix, dominance_probability, error_consistency, model_similarity,
-    similarity_settings, standard_models, unsolved_examples)
+    dominance_probability, error_consistency, model_similarity, standard_models, unsolved_examples)
+from shiftbench.correctness import CorrectnessMatrix, correctness_matrix, similarity_settings
 from shiftbench.errors import ConfigError, DataError
 from shiftbench.store import Store
 from shiftbench import testbed as testbed_module

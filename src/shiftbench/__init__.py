@@ -22,19 +22,19 @@ __version__ = "0.1.0"
 #: Public names imported on first use (torch, pyarrow or scikit-learn stay unloaded until needed).
 _LAZY = {
     "evaluate": "shiftbench.engine", "load_model": "shiftbench.models",
-    "Trajectory": "shiftbench.engine.trajectory",
+    "Trajectory": "shiftbench.studies.trajectory",
     "trajectory_effective_robustness": "shiftbench.analysis.trajectory",
-    "correctness_matrix": "shiftbench.analysis.similarity", "CorrectnessMatrix": "shiftbench.analysis.similarity",
+    "correctness_matrix": "shiftbench.correctness", "CorrectnessMatrix": "shiftbench.correctness",
     "model_similarity": "shiftbench.analysis.similarity", "dominance_probability": "shiftbench.analysis.similarity",
     "error_consistency": "shiftbench.analysis.similarity", "unsolved_examples": "shiftbench.analysis.similarity",
     "metric_informativeness": "shiftbench.analysis.informativeness",
     "informativeness_ranking": "shiftbench.analysis.informativeness",
     "trend_diagnostics": "shiftbench.analysis.diagnostics",
     "place_models": "shiftbench.analysis.placement",
-    "replicate": "shiftbench.datasets.replication", "Replication": "shiftbench.datasets.replication",
-    "attribute_splits": "shiftbench.datasets.attributes", "AttributeSplits": "shiftbench.datasets.attributes",
+    "replicate": "shiftbench.studies.replication", "Replication": "shiftbench.datasets.replication",
+    "attribute_splits": "shiftbench.studies.attributes", "AttributeSplits": "shiftbench.datasets.attributes",
     "ClassMapView": "shiftbench.views.classmap",
-    "resolution_sweep": "shiftbench.shifts.resolution", "compositing_study": "shiftbench.shifts.compositing",
+    "resolution_sweep": "shiftbench.studies.resolution", "compositing_study": "shiftbench.studies.compositing",
 }
 
 

@@ -39,20 +39,11 @@ import numpy as np
 import pandas as pd
 
 from shiftbench.errors import ConfigError, DataError, did_you_mean
+from shiftbench.model_types import MODEL_TYPES, UNKNOWN_TYPE  # noqa: F401  (MODEL_TYPES: part of this API)
 
-#: Model types used by the published testbed (Taori et al. 2020, Appendix) and by shiftbench.
-MODEL_TYPES: dict[str, str] = {
-    "STANDARD": "trained on the in-distribution training set without a robustness intervention",
-    "ROBUST_INTV": "a robustness intervention (augmentation, architecture, training objective)",
-    "LP_ADV": "l_p adversarially trained",
-    "MORE_DATA": "trained on substantially more data than the in-distribution training set",
-    "LOW_ACCURACY_CNN": "early-stopped or subsampled-data CNNs",
-    "UNKNOWN": "no type given",
-}
 METADATA_COLUMNS = ("model_type", "arch", "tags")
 META_PREFIX = "meta:"
 SIZE_SUFFIX = "_dataset_size"
-UNKNOWN_TYPE = "UNKNOWN"
 ALL = "all"
 _DEFAULT_NA = ("", "NA", "N/A", "NaN", "nan", "null", "NULL", "None", "-nan", "#N/A")
 

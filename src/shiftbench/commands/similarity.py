@@ -2,7 +2,7 @@
 on a setting, and the examples no standard model gets right (Mania & Sra 2020; Geirhos et al. 2020).
 
 One call into :func:`shiftbench.analysis.similarity.model_similarity` over the correctness
-matrix that :func:`~shiftbench.analysis.similarity.correctness_matrix` reads from the store.
+matrix that :func:`~shiftbench.correctness.correctness_matrix` reads from the store.
 """
 from __future__ import annotations
 
@@ -59,8 +59,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Dominance probability and error consistency of every pair of models on a setting, from the
         stored per-example predictions; and the examples no standard model gets right."""
-        from shiftbench.analysis.similarity import (
-            correctness_matrix, model_similarity, standard_models, unsolved_examples)
+        from shiftbench.analysis.similarity import model_similarity, standard_models, unsolved_examples
+        from shiftbench.correctness import correctness_matrix
         from shiftbench.cli import Table, out
         from shiftbench.errors import ConfigError
         from shiftbench.report.figures import save_figure

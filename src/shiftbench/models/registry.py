@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shiftbench.errors import ConfigError, did_you_mean
+from shiftbench.model_types import MODEL_TYPES
 from shiftbench.models.base import LoadedModel, Preprocessing
 
 DEFAULT_MODEL_TYPE = "UNKNOWN"  # a user model never enters a trend fit unless typed (--model-type)
@@ -183,8 +184,6 @@ def parse_spec(spec: str, **options: Any) -> ModelSpec:
 def _check_model_type(model_type: str | None) -> None:
     if model_type is None:
         return
-    from shiftbench.testbed import MODEL_TYPES  # lazy: the vocabulary lives with the testbed
-
     if model_type not in MODEL_TYPES:
         raise ConfigError(did_you_mean("model type", model_type, MODEL_TYPES))
 

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 from shiftbench.errors import ConfigError, ModelError, did_you_mean
+from shiftbench.model_types import classify_pretrain, timm_arch_pretrain
 from shiftbench.models.base import Preprocessing
 from shiftbench.models.registry import (Built, ModelSpec, is_unsafe_pickle_error, refused_pickle_message,
                                         register_arch_source, register_source, untrained_fingerprint,
@@ -138,21 +138,9 @@ def preprocessing_of(model: Any) -> tuple[TimmPreprocessing, dict[str, Any]]:
     return preprocessing_from_config(cfg), cfg
 
 
-@lru_cache(maxsize=1)
-def _arch_pretrain() -> dict[str, str]:
-    import pandas as pd
-
-    from shiftbench.reference import data_path
-
-    meta = pd.read_csv(data_path("reference", "timm", "model_metadata-in1k.csv"))
-    return dict(zip(meta["model"], meta["pretrain"]))
-
-
 def model_type_of(name: str) -> tuple[str, str, str]:
     """``(model_type, training_data, reason)`` for a full timm name, by timm-reference's rules."""
-    from shiftbench.reference.timm import classify_pretrain
-
-    model_type, reason = classify_pretrain(name, _arch_pretrain())
+    model_type, reason = classify_pretrain(name, timm_arch_pretrain())
     in1k = model_type in ("STANDARD", "ROBUST_INTV", "LP_ADV")
     return model_type, ("ImageNet-1k" if in1k else f"more than ImageNet-1k ({reason})"), reason
 

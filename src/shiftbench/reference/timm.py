@@ -22,30 +22,17 @@ a larger test resolution: the smaller keeps the plain timm name, the larger is n
 ``<model>@<img_size>`` and tagged ``test-res``. Every row carries ``img_size``, ``param_count``,
 ``crop_pct``, ``interpolation``, ``pretrained_tag`` and ``pretrain`` in its metadata.
 
-Model type from the pretraining data (:func:`classify_pretrain`), first rule that fires:
-
-1. the pretrained tag names extra data (``in21k``, ``in22k``, ``in12k``, ``jft``, ``ig1b``,
-   ``yfcc``, ``laion``, ``openai``, ``clip``, ``webli``, ``m38m``/``m30m``, ``swag``, ``seer``,
-   ``ssld``, ``dfn``, ``datacomp``, ``lvd142m``, ``metaclip``, ``cc12m``, ``indomain``)
-   -> ``MORE_DATA``;
-2. ``adv`` / ``ens_adv`` (adversarially trained Inception models) -> ``LP_ADV``;
-3. ``ap`` (AdvProp: adversarial examples as augmentation) and ``am`` / ``ram`` (AugMix) ->
-   ``ROBUST_INTV``, as Taori et al. label the same interventions;
-4. the tag names only ImageNet-1k (``in1k``; distillation from an ImageNet-1k teacher and
-   self-supervised pretraining on ImageNet-1k included) -> ``STANDARD``;
-5. otherwise the architecture's entry in timm's ``model_metadata-in1k.csv`` decides with the
-   same rules (``in1k``/``in1k-dist`` -> STANDARD, ``in1k-adv`` -> LP_ADV, ``in1k-ap`` ->
-   ROBUST_INTV, anything else -> MORE_DATA);
-6. otherwise ``UNKNOWN`` (listed by :func:`unclassified_models`, never fitted on by default).
+Model type from the pretraining data: :func:`shiftbench.model_types.classify_pretrain` (its
+docstring lists the rules; README "The reference testbeds" too); ``UNKNOWN`` rows are listed by
+:func:`unclassified_models`, never fitted on by default.
 """
 from __future__ import annotations
 
-import re
-
 import pandas as pd
 
+from shiftbench.model_types import UNKNOWN_TYPE, classify_pretrain, timm_arch_pretrain
 from shiftbench.reference import data_path, register_testbed
-from shiftbench.testbed import UNKNOWN_TYPE, Testbed
+from shiftbench.testbed import Testbed
 
 #: timm results file stem -> (shiftbench setting, number of test examples)
 SETTINGS: dict[str, tuple[str, int]] = {
@@ -58,32 +45,6 @@ SETTINGS: dict[str, tuple[str, int]] = {
     "imagenet-r": ("imagenet-r", 30_000),
     "imagenet-r-clean": ("val-on-imagenet-r-classes", 10_000),
 }
-
-_MORE_DATA = re.compile(
-    r"in21k|in22k|in12k|jft|ig1b|ig3b|yfcc|laion|openai|clip|webli|m38m|m30m|swag|seer|ssld|"
-    r"dfn|datacomp|lvd142m|metaclip|cc12m|indomain")
-_LP_ADV = re.compile(r"(^|_)(ens_)?adv(_|$)")
-_ROBUST_INTV = re.compile(r"(^|_)(ap|am|ram)(_|$)")
-_IN1K = re.compile(r"in1k")
-_METADATA_TYPES = {"in1k": "STANDARD", "in1k-dist": "STANDARD", "in1k-adv": "LP_ADV", "in1k-ap": "ROBUST_INTV"}
-
-
-def classify_pretrain(model: str, arch_pretrain: dict[str, str] | None = None) -> tuple[str, str]:
-    """``(model_type, reason)`` for a timm model name ``arch.tag`` (rules in the module docstring)."""
-    arch, _, tag = model.partition(".")
-    if _MORE_DATA.search(tag):
-        return "MORE_DATA", f"tag names extra data: {_MORE_DATA.search(tag).group(0)}"  # type: ignore[union-attr]
-    if _LP_ADV.search(tag):
-        return "LP_ADV", "adversarially trained"
-    if _ROBUST_INTV.search(tag):
-        return "ROBUST_INTV", "AdvProp/AugMix"
-    if _IN1K.search(tag):
-        return "STANDARD", "ImageNet-1k only"
-    pretrain = (arch_pretrain or {}).get(arch)
-    if pretrain is not None:
-        return _METADATA_TYPES.get(pretrain, "MORE_DATA"), f"timm metadata: {pretrain}"
-    return UNKNOWN_TYPE, "no rule matched"
-
 
 def _read_results(stem: str) -> pd.DataFrame:
     frame = pd.read_csv(data_path("reference", "timm", f"results-{stem}.csv"), thousands=",")
@@ -107,8 +68,7 @@ def timm_reference() -> Testbed:
         top1 = frame["top1"].reindex(key.index)
         acc[setting] = pd.Series(top1.to_numpy(), index=key.to_numpy())
         sizes[setting] = pd.Series(float(n), index=key.to_numpy()).where(acc[setting].notna())
-    meta_src = pd.read_csv(data_path("reference", "timm", "model_metadata-in1k.csv"))
-    arch_pretrain = dict(zip(meta_src["model"], meta_src["pretrain"]))
+    arch_pretrain = timm_arch_pretrain()
     classified = [classify_pretrain(m, arch_pretrain) for m in clean["model"]]
     meta = pd.DataFrame({
         "model_type": [c[0] for c in classified],

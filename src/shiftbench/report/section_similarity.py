@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from shiftbench.analysis.similarity import (
-    STANDARD, correctness_matrix, model_similarity, similarity_settings, unsolved_examples)
+from shiftbench.analysis.similarity import STANDARD, model_similarity, unsolved_examples
+from shiftbench.correctness import correctness_matrix, similarity_settings
 from shiftbench.analysis.trajectory import is_checkpoint
 from shiftbench.errors import ShiftbenchError
 from shiftbench.report.sections import (
