@@ -90,8 +90,9 @@ def test_registered_settings_attack_the_model_they_are_given(trained, name):
 
 def test_registered_settings_carry_the_published_parameters(monkeypatch):
     calls = []
-    monkeypatch.setattr(adversarial, "pgd", lambda model, x, targets, norm, eps, **kw: calls.append(
-        (norm, eps, kw["steps"], kw["step_size"])) or x)
+    # the shift runs the attack on checked parameters (adversarial._pgd, positional)
+    monkeypatch.setattr(adversarial, "_pgd", lambda model, x, targets, norm, eps, steps, step_size, *rest: calls.append(
+        (norm, eps, steps, step_size)) or x)
     x = torch.rand(1, 3, 224, 224)
     for name in ("pgd.linf.eps0.5", "pgd.linf.eps2", "pgd.l2.eps0.1", "pgd.l2.eps0.5"):
         get_shift(name)(x, [0], 0, model=None, targets=torch.tensor([0]))

@@ -12,8 +12,9 @@ import pytest
 from PIL import Image
 from typer.testing import CliRunner
 
-from shiftbench.datasets.attributes import (Binning, as_binning, attribute_splits, balanced_sample, bin_values,
-                                            stratified_counts, stratified_sample)
+from shiftbench.datasets.attributes import (Binning, as_binning, balanced_sample, bin_values, stratified_counts,
+                                            stratified_sample)
+from shiftbench.studies.attributes import attribute_splits
 from shiftbench.datasets.manifest import manifest as read_manifest
 from shiftbench.errors import ConfigError, DataError
 

@@ -16,10 +16,11 @@ from PIL import Image, ImageDraw
 
 from shiftbench.datasets import ImageDecodeError, load_dataset
 from shiftbench.errors import ConfigError, DataError
-from shiftbench.shifts import compositing
-from shiftbench.shifts.compositing import (CompositeDataset, Foreground, composite_dataset, composite_from_spec,
-                                           composite_setting, compositing_study, factor_accuracy,
-                                           heatmap_from_study, location_grid, location_heatmap, rotation_angles)
+from shiftbench.datasets import composite as compositing
+from shiftbench.datasets.composite import (CompositeDataset, Foreground, composite_dataset, composite_from_spec,
+                                           location_grid, rotation_angles)
+from shiftbench.studies.compositing import (composite_setting, compositing_study, factor_accuracy, heatmap_from_study,
+                                            location_heatmap)
 from shiftbench.store import Store
 
 RED, GREEN, BLUE = (255, 0, 0), (0, 255, 0), (0, 0, 255)

@@ -112,7 +112,7 @@ def test_adaptive_pool_is_the_same_function_at_32_px(workspace):
 
 
 def test_composite_study_counts_every_factor_value_and_is_stored(demo, workspace):
-    from shiftbench.shifts.compositing import heatmap_from_study
+    from shiftbench.studies.compositing import heatmap_from_study
     from shiftbench.store.store import Store
 
     out, _ = demo

@@ -19,13 +19,13 @@ from shiftbench.datasets.replication import (
     class_rng,
     frequency_bin,
     matched_frequency,
-    replicate,
     round_histogram,
     selection_histogram,
     threshold,
     top_images,
 )
 from shiftbench.errors import ConfigError, DataError
+from shiftbench.studies.replication import replicate
 
 from oracle_models import colour_of  # tests/fixtures, on sys.path via conftest.py
 

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).parent))
 from report_testbed import XSS, tiny_testbed  # noqa: E402
 from shiftbench import cli  # noqa: E402
-from shiftbench.datasets.replication import replicate  # noqa: E402
+from shiftbench.studies.replication import replicate  # noqa: E402
 from shiftbench.errors import DataError, StoreError  # noqa: E402
 from shiftbench.report import write_html_report  # noqa: E402
 from shiftbench.report.replication_figures import (class_means_figure, plot_replication,  # noqa: E402

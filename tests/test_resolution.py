@@ -12,8 +12,8 @@ from PIL import Image
 
 from shiftbench.errors import ConfigError
 from shiftbench.models import Preprocessing, load_model
-from shiftbench.shifts import resolution
-from shiftbench.shifts.resolution import RESOLUTIONS, resolution_preprocessing, resolution_sweep
+from shiftbench.studies import resolution
+from shiftbench.studies.resolution import RESOLUTIONS, resolution_preprocessing, resolution_sweep
 from shiftbench.store import Store
 
 PERIODS = (2, 3, 4, 6, 8, 12)

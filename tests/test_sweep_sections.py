@@ -20,8 +20,8 @@ from report_testbed import XSS, tiny_testbed  # noqa: E402
 from shiftbench import cli  # noqa: E402
 from shiftbench.datasets import classmaps as cm  # noqa: E402
 from shiftbench.report import write_html_report  # noqa: E402
-from shiftbench.shifts.compositing import compositing_study, heatmap_from_study  # noqa: E402
-from shiftbench.shifts.resolution import resolution_sweep  # noqa: E402
+from shiftbench.studies.compositing import compositing_study, heatmap_from_study  # noqa: E402
+from shiftbench.studies.resolution import resolution_sweep  # noqa: E402
 from shiftbench.store import Store  # noqa: E402
 
 PHOTOS = (("chelsea", 285), ("coffee", 967), ("rocket", 657))  # Egyptian cat, espresso, missile

@@ -18,7 +18,7 @@ from torch import nn  # noqa: E402
 from shiftbench.analysis import fit_trend  # noqa: E402
 from shiftbench.analysis.trajectory import (  # noqa: E402
     check_trajectory, is_checkpoint, trajectory_effective_robustness, trajectory_summary)
-from shiftbench.engine.trajectory import Trajectory  # noqa: E402
+from shiftbench.studies.trajectory import Trajectory  # noqa: E402
 from shiftbench.errors import ConfigError, DataError, StoreError  # noqa: E402
 from shiftbench.models import Preprocessing  # noqa: E402
 from shiftbench.store import Store  # noqa: E402

@@ -6,6 +6,7 @@ as one line on stderr with a non-zero exit; ``--debug`` shows the traceback.
 """
 from __future__ import annotations
 
+import fnmatch
 import json
 import math
 import sys
@@ -18,6 +19,9 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table as _RichTable
 
+from shiftbench.cli_options import (  # noqa: F401  (re-exported: the commands' modules import them from here too)
+    DEFAULT_STORE, FitOnOpt, JsonOpt, ListTestbedOpt, LongOpt, ModelOpt, ModelsOpt, PatternArg, PivotOpt,
+    ResamplesOpt, ScaleOpt, StoreAddOpt, StoreOpt, TestbedOpt, XOpt, YOpt)
 from shiftbench.errors import ConfigError, ShiftbenchError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -31,21 +35,7 @@ out = Console(soft_wrap=True, emoji=False, highlight=False, markup=False, width=
 err = Console(stderr=True, soft_wrap=True, emoji=False, highlight=False, markup=False)
 _state = {"debug": False}
 
-TestbedOpt = Annotated[Optional[list[str]], typer.Option(
-    "--testbed", "-t", help="Reference name (imagenet-reference, timm-reference), a CSV/Parquet table or a results "
-    "store. Repeat (or join with +) to merge left to right, e.g. -t imagenet-reference -t mine.csv.")]
-StoreAddOpt = Annotated[Optional[Path], typer.Option(
-    "--store", help="A results store (`shiftbench eval`): its models join the testbed, as with another --testbed.")]
-XOpt = Annotated[str, typer.Option("--x", help="In-distribution setting (x axis), e.g. val.")]
-YOpt = Annotated[str, typer.Option("--y", help="Shifted setting (y axis), e.g. imagenetv2-matched-frequency-format-val.")]
-ScaleOpt = Annotated[str, typer.Option("--scale", help="Axis scaling: logit, probit or linear.")]
-FitOnOpt = Annotated[Optional[list[str]], typer.Option(
-    "--fit-on", help="Fit the trend on these model types, tags or model names (repeat or comma-separate; "
-    "default STANDARD; 'all' for every model).")]
-PivotOpt = Annotated[Optional[str], typer.Option(
-    "--pivot", help="Fit a piecewise trend around this model's x accuracy (or a percentage), e.g. resnet50 "
-    "for ImageNet-A.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON only.")]
+# the options shared by the commands are declared once, in shiftbench.cli_options
 
 
 @app.callback()
@@ -119,71 +109,95 @@ def _clean(value):
 
 
 # ---------------------------------------------------------------------------- list
+def _matching(names, pattern: str | None, what: str) -> list[str]:
+    """``names`` matching the fnmatch ``pattern`` (all without one; case-sensitive, as timm's
+    ``list_models``). Nothing matching: a one-line message on stderr and exit status 1."""
+    names = list(names)
+    if pattern is None:
+        return names
+    hits = [n for n in names if fnmatch.fnmatchcase(n, pattern)]
+    if not hits:
+        hint = "" if any(c in pattern for c in "*?[") else " (add wildcards, e.g. '*" + pattern + "*')"
+        typer.echo(f"no {what} matches {pattern!r}{hint}", err=True)
+        raise typer.Exit(1)
+    return hits
+
+
 @list_app.command("testbeds")
-def list_testbeds_cmd() -> None:
-    """The testbeds that ship with shiftbench."""
+def list_testbeds_cmd(pattern: PatternArg = None) -> None:
+    """The testbeds that ship with shiftbench (PATTERN: only those matching it; none matching: exit 1)."""
     from shiftbench.reference import list_testbeds
 
-    for name, desc in list_testbeds().items():
-        typer.echo(f"{name}\t{desc}")
-
-
-OptTestbedOpt = Annotated[Optional[list[str]], typer.Option(
-    "--testbed", "-t", help="A testbed (reference name, table path or results store; repeat to merge); without it, "
-    "what shiftbench can evaluate.")]
+    testbeds = list_testbeds()
+    for name in _matching(testbeds, pattern, "testbed"):
+        typer.echo(f"{name}\t{testbeds[name]}")
 
 
 @list_app.command("settings")
-def list_settings(testbed: OptTestbedOpt = None,
-                  long: Annotated[bool, typer.Option("--long", "-l", help="Show a table with counts.")] = False) -> None:
-    """Settings, one per line: of a testbed, or (without --testbed) those `shiftbench eval` can run."""
+def list_settings(pattern: PatternArg = None, testbed: ListTestbedOpt = None, long: LongOpt = False) -> None:
+    """Settings, one per line: of a testbed, or (without --testbed) those `shiftbench eval` can run.
+
+    PATTERN keeps the names matching it (fnmatch wildcards), e.g. 'imagenet-c.fog.*'; when
+    nothing matches, a one-line message goes to stderr and the exit status is 1."""
     if not testbed:
         from shiftbench.settings import list_settings as registered
 
         settings = registered()
+        names = _matching(settings, pattern, "setting")
         if not long:
-            typer.echo("\n".join(settings))
+            typer.echo("\n".join(names))
             return
-        table = Table("setting", "description", title=f"{len(settings)} evaluation settings, plus folder:<dir>, "
+        table = Table("setting", "description", title=f"{len(names)} evaluation settings, plus folder:<dir>, "
                       "manifest:<file>, hf:<dir>, composite:<spec.json>, <video>_pm<k>, <setting>+<shift>[.<severity>] "
                       "(shiftbench list shifts) and <setting>@classmap:<name|file>")
-        for name, desc in settings.items():
-            table.add_row(name, desc)
+        for name in names:
+            table.add_row(name, settings[name])
         out.print(table)
         return
     tb = _testbed(testbed)
+    names = _matching(tb.settings, pattern, f"setting of {tb.name}")
     if not long:
-        typer.echo("\n".join(tb.settings))
+        typer.echo("\n".join(names))
         return
-    table = Table("setting", "models evaluated", "examples", title=f"{tb.name}: {len(tb.settings)} settings")
-    for s in tb.settings:
+    table = Table("setting", "models evaluated", "examples", title=f"{tb.name}: {len(names)} settings")
+    for s in names:
         n = tb.sizes[s].dropna()
         table.add_row(s, str(int(tb.accuracies[s].notna().sum())), f"{int(n.median()):,}" if len(n) else "?")
     out.print(table)
 
 
 @list_app.command("shifts")
-def list_shifts_cmd() -> None:
-    """Synthetic shifts, usable as <setting>+<shift>[.<severity>] (e.g. cifar10+fog.3)."""
+def list_shifts_cmd(pattern: PatternArg = None) -> None:
+    """Synthetic shifts, usable as <setting>+<shift>[.<severity>] (e.g. cifar10+fog.3).
+
+    PATTERN keeps the names matching it (fnmatch wildcards), e.g. '*blur*'; when nothing
+    matches, a one-line message goes to stderr and the exit status is 1."""
     from shiftbench.shifts import list_shifts
 
-    for name, desc in list_shifts().items():
-        typer.echo(f"{name}\t{desc}")
+    shifts = list_shifts()
+    for name in _matching(shifts, pattern, "shift"):
+        typer.echo(f"{name}\t{shifts[name]}")
 
 
 @list_app.command("models")
-def list_models(testbed: OptTestbedOpt = None,
+def list_models(pattern: PatternArg = None, testbed: ListTestbedOpt = None,
                 model_type: Annotated[Optional[str], typer.Option("--type", help="Only this model type.")] = None,
-                long: Annotated[bool, typer.Option("--long", "-l", help="Show type and architecture.")] = False) -> None:
-    """Models of a testbed, one per line; without --testbed, the model sources `eval` accepts."""
+                long: LongOpt = False) -> None:
+    """Models of a testbed, one per line; without --testbed, the model sources `eval` accepts.
+
+    PATTERN keeps the names matching it (fnmatch wildcards, as timm.list_models), e.g.
+    `shiftbench list models -t imagenet-reference '*resnet*'`; when nothing matches, a one-line
+    message goes to stderr and the exit status is 1."""
     if not testbed:
         from shiftbench.models import list_sources
 
-        for name, desc in list_sources().items():
-            typer.echo(f"{name}\t{desc}")
+        sources = list_sources()
+        for name in _matching(sources, pattern, "model source"):
+            typer.echo(f"{name}\t{sources[name]}")
         return
     tb = _testbed(testbed)
     models = tb.models if model_type is None else tb.resolve([f"type:{model_type}"])
+    models = _matching(models, pattern, f"model of {tb.name}" + ("" if model_type is None else f" of type {model_type}"))
     if not long:
         typer.echo("\n".join(models))
         return
@@ -248,14 +262,13 @@ def er_cmd(x: XOpt, y: YOpt, testbed: TestbedOpt = None, store: StoreAddOpt = No
 
 @app.command("place")
 def place_cmd(testbed: TestbedOpt = None, store: StoreAddOpt = None,
-              model: Annotated[Optional[list[str]], typer.Option(
-                  "--model", "-m", help="Models to place (repeatable; default: the models of the tables and "
-                  "stores added to a reference testbed).")] = None,
-              scale: ScaleOpt = "logit", fit_on: FitOnOpt = None,
-              n_resamples: Annotated[int, typer.Option("--resamples", help="Bootstrap resamples per band.")] = 1000,
-              as_json: JsonOpt = False) -> None:
+              model: ModelsOpt = None, scale: ScaleOpt = "logit", fit_on: FitOnOpt = None,
+              n_resamples: ResamplesOpt = 1000, as_json: JsonOpt = False) -> None:
     """Where your models sit: on every natural shift, accuracy, effective robustness with its 95%
-    interval, and rank among all models of the testbed (Taori et al. 2020)."""
+    interval, and rank among all models of the testbed (Taori et al. 2020).
+
+    --model: the models to place (default: the models of the tables and stores added to a
+    reference testbed)."""
     from shiftbench.analysis.placement import fitted_on_note, place_models
 
     tb = _testbed(testbed, store)
@@ -305,11 +318,11 @@ def plot_cmd(x: XOpt, y: YOpt,
 
 
 @app.command("mce")
-def mce_cmd(model: Annotated[str, typer.Option("--model", help="Model whose corruption errors to summarise.")],
+def mce_cmd(model: ModelOpt,
             testbed: TestbedOpt = None, store: StoreAddOpt = None,
             mode: Annotated[str, typer.Option("--mode", help="in-memory or on-disk ImageNet-C settings.")] = "in-memory",
             as_json: JsonOpt = False) -> None:
-    """mCE and relative mCE (normalised by AlexNet) with the per-corruption table."""
+    """mCE and relative mCE (normalised by AlexNet) with the per-corruption table of --model (a testbed's model)."""
     from shiftbench.analysis import mce
 
     res = mce(_testbed(testbed, store), model, mode=mode)
@@ -344,8 +357,7 @@ def _data_dirs(values: list[str] | None) -> dict[str, str]:
 
 @app.command("eval")
 def eval_cmd(
-    model: Annotated[list[str], typer.Option("--model", "-m", help="Model spec, e.g. timm:resnet50.a1_in1k, "
-                                              "torchvision:resnet50, checkpoint:FILE --arch ..., python:mod:fn. Repeatable.")],
+    model: ModelsOpt,
     setting: Annotated[list[str], typer.Option("--setting", "-s", help="Setting name (shiftbench list settings). Repeatable.")],
     data_root: Annotated[Path, typer.Option("--data-root", help="Folder holding the datasets in their default folders.")] = Path("."),
     data_dir: Annotated[Optional[list[str]], typer.Option("--data-dir", help="Per-dataset override NAME=PATH. Repeatable.")] = None,
@@ -353,7 +365,7 @@ def eval_cmd(
     workers: Annotated[int, typer.Option("--workers", help="DataLoader worker processes decoding images.")] = 1,
     limit: Annotated[Optional[int], typer.Option("--limit", help="Only the first N examples of each dataset.")] = None,
     keep_logits: Annotated[bool, typer.Option("--keep-logits", help="Also store float16 logits.")] = False,
-    store: Annotated[Path, typer.Option("--store", help="Results store directory.")] = Path("shiftbench-results"),
+    store: StoreOpt = DEFAULT_STORE,
     executor: Annotated[str, typer.Option("--executor", help="local or ray.")] = "local",
     address: Annotated[Optional[str], typer.Option("--address", help="Ray cluster address (with --executor ray).")] = None,
     convention: Annotated[str, typer.Option("--convention", help="Class-subset scoring: restricted (published) "
@@ -371,21 +383,21 @@ def eval_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Evaluate models on settings; results go to the store and are printed."""
-    from shiftbench.engine import evaluate
+    from shiftbench.engine import EvalRequest, LocalExecutor
 
-    kwargs = dict(data_root=data_root, data_dirs=_data_dirs(data_dir), store=store, batch_size=batch_size,
-                  workers=workers, limit=limit, keep_logits=keep_logits, force=force, device=device,
-                  convention=convention, chunk_size=chunk_size, partial=partial, arch=arch, model_type=model_type, seed=seed)
-    if executor == "ray":
-        from shiftbench.engine.ray_executor import evaluate_ray
-
-        frame = evaluate_ray(model, setting, address=address, **kwargs)
-    elif executor == "local":
-        import pandas as pd
-
-        frame = pd.concat([evaluate(m, setting, progress=not as_json, **kwargs) for m in model], ignore_index=True)
-    else:
+    if executor not in ("local", "ray"):
         raise typer.BadParameter(f"{executor!r}: use local or ray", param_hint="--executor")
+    request = EvalRequest.build(
+        model, setting, data_root=data_root, data_dirs=_data_dirs(data_dir), store=store, batch_size=batch_size,
+        workers=workers, limit=limit, keep_logits=keep_logits, force=force, device=device, convention=convention,
+        chunk_size=chunk_size, partial=partial, arch=arch, model_type=model_type, seed=seed)
+    if executor == "ray":
+        from shiftbench.engine.ray_executor import RayExecutor
+
+        runner = RayExecutor(address)
+    else:
+        runner = LocalExecutor()
+    frame = runner.run(request, progress=not as_json)
     rows = frame[["model", "setting", "accuracy", "top5", "n_examples", "n_skipped"]]
     if as_json:
         print(json.dumps([{k: _clean(v) for k, v in r.items()} for r in rows.to_dict("records")]))
@@ -412,7 +424,7 @@ def _results_table(frame, title: str) -> None:
 
 @app.command("results")
 def results_cmd(
-    store: Annotated[Path, typer.Option("--store", help="Results store directory.")] = Path("shiftbench-results"),
+    store: StoreOpt = DEFAULT_STORE,
     export: Annotated[Optional[Path], typer.Option("--export", help="Write the table to FILE.csv or FILE.parquet.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -467,21 +479,18 @@ def _html_report(testbeds, output: Path, *, store: Path | None, n_resamples: int
 @app.command("report")
 def report_cmd(
     output: Annotated[Path, typer.Option("--output", "-o", help="Report directory (index.html, figures, tables).")],
-    testbed: Annotated[Optional[list[str]], typer.Option(
-        "--testbed", "-t", help="Reference name, CSV/Parquet table or results store. Repeatable: merged left to "
-        "right, added models highlighted; default: imagenet-reference and timm-reference, each on its own.")] = None,
-    store: Annotated[Optional[Path], typer.Option("--store", help="A results store: adds its calibration, model similarity "
-                                          "and stored studies (trajectories, resolution sweeps, compositing, "
-                                          "replication, attribute shifts); with --testbed its models join the "
-                                          "testbed too.")] = None,
+    testbed: TestbedOpt = None,
+    store: StoreAddOpt = None,
     scale: ScaleOpt = "logit",
-    n_resamples: Annotated[int, typer.Option("--resamples", help="Bootstrap resamples per band.")] = 1000,
+    n_resamples: ResamplesOpt = 1000,
 ) -> None:
     """Write a self-contained interactive HTML report (index.html) plus static figures and tables.
 
     Without --testbed: both reference testbeds, each in its own section. With --testbed (and
     --store): the testbeds given merged left to right into one, the added models highlighted
-    on every figure and placed in a "Your models" table."""
+    on every figure and placed in a "Your models" table. --store also adds the store's calibration,
+    model similarity and stored studies (trajectories, resolution sweeps, compositing, replication,
+    attribute shifts)."""
     from shiftbench.reference import load_testbed
 
     if store is not None and not store.is_dir():   # before any work or progress bar
@@ -550,7 +559,7 @@ def _digits_studies(output: Path, *, workspace: Path, data_dir: Path, testbed) -
 # ---------------------------------------------------------------------------- demo
 @app.command("demo")
 def demo_cmd(output: Annotated[Path, typer.Option("--output", "-o", help="Report directory.")] = Path("shiftbench-report"),
-             n_resamples: Annotated[int, typer.Option("--resamples", help="Bootstrap resamples per band.")] = 1000,
+             n_resamples: ResamplesOpt = 1000,
              digits: Annotated[bool, typer.Option("--digits/--no-digits", help="Also train and evaluate the offline "
                                                   "digits testbed.")] = True,
              workspace: Annotated[Path, typer.Option("--workspace", help="Digits testbed workspace (model cache, store).")]

@@ -12,7 +12,7 @@ default; ``convention="argmax-all"`` scores by argmax over all classes (stricter
 convention is stored beside every number.
 
 Custom data: ``folder:<dir>``, ``manifest:<file.csv|parquet>``, ``hf:<saved dataset dir>`` and
-``composite:<spec.json|yaml>`` (SI-SCORE-style object compositing, :mod:`shiftbench.shifts.compositing`)
+``composite:<spec.json|yaml>`` (SI-SCORE-style object compositing, :mod:`shiftbench.datasets.composite`)
 are settings too (full label space, top-1/top-5). ``folder:<dir>?classes=imagenet-1k`` (or
 ``manifest:<file>?classes=...``) declares the label space the class names belong to; a folder
 of ImageNet wnid or class-name sub-folders is recognised as such with an ImageNet model anyway
@@ -35,13 +35,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from shiftbench.errors import ConfigError, did_you_mean
+from shiftbench.shifts.corruptions import CORRUPTIONS, SEVERITIES
 
 CONVENTIONS = ("restricted", "argmax-all")
-CORRUPTIONS = (
-    "gaussian_noise", "shot_noise", "impulse_noise", "defocus_blur", "glass_blur", "motion_blur", "zoom_blur",
-    "snow", "frost", "fog", "brightness", "contrast", "elastic_transform", "pixelate", "jpeg_compression",
-    "speckle_noise", "gaussian_blur", "spatter", "saturate",
-)
 CUSTOM_PREFIXES = ("folder", "manifest", "hf", "composite")
 
 
@@ -131,14 +127,14 @@ def _register_defaults() -> None:
             reg(Setting(f"{which}_pm{k}", which, _video(which, False),
                         f"{which}: pm-{k} accuracy over its pm-sets (superclass projection)", pm_k=k))
     for corruption in CORRUPTIONS:
-        for severity in range(1, 6):
+        for severity in SEVERITIES:
             reg(Setting(f"imagenet-c.{corruption}.{severity}_on-disk", "imagenet-c", _full,
                         f"ImageNet-C {corruption} severity {severity}, from disk",
                         dataset_args=(("corruption", corruption), ("severity", severity))))
     for name in ("cifar10", "cifar10.1", "cifar10.2"):
         reg(Setting(name, name, _full, f"{name.upper()} test set, 10 classes"))
     for corruption in CORRUPTIONS:
-        for severity in range(1, 6):
+        for severity in SEVERITIES:
             reg(Setting(f"imagenet-c.{corruption}.{severity}_in-memory", "imagenet-val", _full,
                         f"ImageNet validation with {corruption} at severity {severity}, generated on the fly",
                         shift=(corruption, severity)))
@@ -190,7 +186,7 @@ def custom_setting(name: str) -> Setting:
         raise ConfigError(f"custom setting {name!r}: use folder:<dir>, manifest:<file.csv|parquet>, hf:<dir> "
                           "or composite:<spec.json|yaml>")
     if prefix == "composite":  # the dataset `composite` is registered on first use
-        from shiftbench.shifts.compositing import register_composite_dataset
+        from shiftbench.datasets.composite import register_composite_dataset
 
         register_composite_dataset()
     path, options = _query(name, prefix, path)
@@ -227,16 +223,13 @@ def _query(name: str, prefix: str, path: str) -> tuple[str, tuple[tuple[str, str
 
 def parse_shift(text: str) -> tuple[str, int | None]:
     """``gaussian_noise.3`` -> ('gaussian_noise', 3); ``greyscale`` / ``pgd.linf.eps2`` -> (name, None);
-    validated against the shift registry."""
-    from shiftbench.shifts import get_shift, list_shifts
+    checked against the shift registry (:func:`~shiftbench.shifts.check_shift`: nothing is built)."""
+    from shiftbench.shifts import check_shift, list_shifts
 
     if text in list_shifts():                 # names with dots and digits: pgd.l2.eps0.5
-        get_shift(text, None)
-        return text, None
+        return check_shift(text, None)
     head, _, tail = text.rpartition(".")
-    name, severity = (head, int(tail)) if head and tail.isdigit() else (text, None)
-    get_shift(name, severity)
-    return name, severity
+    return check_shift(*((head, int(tail)) if head and tail.isdigit() else (text, None)))
 
 
 def shifted_setting(base: Setting, shift_text: str) -> Setting:

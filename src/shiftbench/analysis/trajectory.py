@@ -2,7 +2,7 @@
 
 A trajectory is a long-form table with one row per (checkpoint, setting): ``step``, ``epoch``,
 ``setting``, ``accuracy`` (percent), ``n_examples``, ``model`` (``<name>@step<step>``), as
-:class:`shiftbench.engine.trajectory.Trajectory` stores it. Each checkpoint ``c`` is placed
+:class:`shiftbench.studies.trajectory.Trajectory` stores it. Each checkpoint ``c`` is placed
 against the testbed's trend ``beta`` fitted on the standard models, exactly like a finished
 model (Taori et al. 2020, §2):
 

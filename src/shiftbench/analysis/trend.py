@@ -316,7 +316,13 @@ def _det(m: np.ndarray) -> np.ndarray:
 
 
 def _solve_small(gram: np.ndarray, vec: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Solve a stack of small symmetric systems by Cramer's rule; returns (solutions, ok)."""
+    """Solve a stack of small symmetric systems by Cramer's rule; returns (solutions, ok).
+
+    Kept over batched ``np.linalg.solve`` by measurement (``bench/trend_routines.py``, the 13
+    stacks of <= 8,192 normal equations of a 100,000-resample band over 87 models, best of 5,
+    2-core machine): 4.3 ms vs 17.8 ms for 2 x 2 (4.2x), 7.4-7.6 ms vs 24.2-24.5 ms for 3 x 3
+    (3.2x), numpy with the same determinant test for degenerate resamples (``np.linalg.solve``
+    alone still takes 7.6-7.9 / 11.2-11.3 ms). Solutions agree to 1.6e-14 relative."""
     p = gram.shape[-1]
     det = _det(gram)
     scale = np.abs(gram).max(axis=(1, 2)) ** p
@@ -372,7 +378,11 @@ def _row_quantiles(values: np.ndarray, qs: Sequence[float], sample_size: int = 4
     """``np.quantile(values, qs, axis=1)`` (linear interpolation), exactly, by sample-bracketed
     selection (Floyd & Rivest 1975): a sorted subsample of each row gives a narrow value bracket
     that holds the wanted ranks; only the few values inside it are partially sorted. A row whose
-    bracket misses (vanishingly rare) falls back to a full partition, so the result is exact."""
+    bracket misses (vanishingly rare) falls back to a full partition, so the result is exact.
+
+    Kept over ``np.quantile(values, qs, axis=1)`` by measurement (``bench/trend_routines.py``,
+    the 7 blocks of 16 x 100,000 predictions of a 100,000-resample band over 87 models, best of 5,
+    2-core machine): 40-44 ms vs 98-104 ms (2.3-2.5x), results equal bit for bit."""
     rows, m = values.shape
     pos = np.asarray(qs, dtype=float) * (m - 1)
     lo = np.floor(pos).astype(int)

@@ -1,7 +1,7 @@
 """``shiftbench carve``: attribute-controlled shifts from a manifest with metadata columns
 (Hendrycks et al. 2021, *The Many Faces of Robustness*).
 
-One call into :func:`shiftbench.datasets.attributes.attribute_splits`, then ``AttributeSplits.write``.
+One call into :func:`shiftbench.studies.attributes.attribute_splits`, then ``AttributeSplits.write``.
 """
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+
+from shiftbench.cli_options import JsonOpt, SeedOpt
 
 MAX_LABELS = 12   # per-label columns shown in the table unless --per-label
 
@@ -61,18 +63,17 @@ def register(app: typer.Typer) -> None:
         max_per_split: Annotated[Optional[int], typer.Option("--max-per-split", help="Cap every split at N rows "
                                                              "(stratified by label).")] = None,
         balance: Annotated[bool, typer.Option("--balance", help="Cut every split to equal counts per label.")] = False,
-        seed: Annotated[int, typer.Option("--seed", help="Seed of every draw (same seed, same files).")] = 0,
+        seed: SeedOpt = 0,
         images: Annotated[str, typer.Option("--images", help="auto (relative paths if the images are inside the "
                                             "output folder, else link), link (hard links, copies across file "
                                             "systems) or copy.")] = "auto",
         per_label: Annotated[bool, typer.Option("--per-label", help=f"Show every label's count (default: at most "
                                                 f"{MAX_LABELS} labels).")] = False,
-        as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON only (splits.json).")]
-        = False,
+        as_json: JsonOpt = False,
     ) -> None:
         """Carve a training set, an in-distribution test set and one OOD test set per changed attribute value."""
         from shiftbench.cli import Table, out
-        from shiftbench.datasets.attributes import attribute_splits
+        from shiftbench.studies.attributes import attribute_splits
 
         splits = attribute_splits(manifest, train=_train(train), bins=_pairs(bins, "--bin", "thickness=3"),
                                   id_test=_id_test(id_test), max_per_split=max_per_split, balance=balance, seed=seed)

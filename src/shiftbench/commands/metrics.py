@@ -7,8 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from shiftbench.cli import StoreAddOpt, TestbedOpt
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON only.")]
+from shiftbench.cli_options import JsonOpt, SeedOpt, StoreAddOpt, TestbedOpt
 
 
 def _split(values: list[str] | None) -> list[str] | None:
@@ -29,7 +28,7 @@ def informativeness_cmd(
     folds: Annotated[int, typer.Option("--folds", help="Stratified cross-validation folds.")] = 5,
     min_models: Annotated[int, typer.Option("--min-models", help="Fewest models per group and setting.")] = 10,
     scale: Annotated[str, typer.Option("--scale", help="Feature scaling of accuracies: logit, probit, linear.")] = "logit",
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the resamples and folds.")] = 0,
+    seed: SeedOpt = 0,
     top: Annotated[int, typer.Option("--top", help="Show the K most informative settings per group.")] = 10,
     as_json: JsonOpt = False,
 ) -> None:

@@ -1,6 +1,6 @@
 """``shiftbench replicate``: sample a new test set from annotated candidates (Recht et al. 2019).
 
-One call into :func:`shiftbench.datasets.replication.replicate`, then ``Replication.write``; the
+One call into :func:`shiftbench.studies.replication.replicate`, then ``Replication.write``; the
 figure (:func:`shiftbench.report.replication_figures.plot_replication`) goes next to the manifest
 as ``<manifest>.png`` and, with ``--store``, ``Replication.to_study()`` into the results store.
 """
@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+
+from shiftbench.cli_options import JsonOpt, SeedOpt, StoreOpt
 
 MAX_ROWS = 30   # classes shown in the table unless --per-class
 
@@ -46,26 +48,24 @@ def register(app: typer.Typer) -> None:
         fallback: Annotated[str, typer.Option("--fallback", help="A matched-frequency bin without enough candidates: "
                                               "error (the paper) or upward (fill from the next higher bin).")]
         = "error",
-        seed: Annotated[int, typer.Option("--seed", help="Seed; each class is drawn from (seed, class).")] = 0,
+        seed: SeedOpt = 0,
         label_space: Annotated[Optional[str], typer.Option(
             "--label-space", help="Declare the manifest's label space (imagenet-1k, cifar10, or a .txt file with one "
             "class name per line) in a sidecar <output>.classes.json, so labels (indices, wnids or names) keep its "
             "indices and a model with all its outputs evaluates the manifest.")] = None,
-        store: Annotated[Optional[Path], typer.Option(
-            "--store", help="Results store to record the replication in (a 'replication' study: the "
-            "selection-frequency histograms and per-class means), shown by shiftbench report --store.")] = None,
+        store: StoreOpt = None,
         name: Annotated[Optional[str], typer.Option("--name", help="Study name in --store (default: the manifest's "
                                                     "file name without its suffix).")] = None,
         no_figure: Annotated[bool, typer.Option("--no-figure", help="Do not write the figure <manifest>.png.")]
         = False,
         per_class: Annotated[bool, typer.Option("--per-class", help=f"Show every class (default: at most "
                                                 f"{MAX_ROWS}).")] = False,
-        as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON only.")] = False,
+        as_json: JsonOpt = False,
     ) -> None:
         """Sample a new test set per class (MatchedFrequency, Threshold tau, TopImages) and write its manifest."""
         from shiftbench.cli import Table, out
         from shiftbench.datasets.manifest import read_classes_file, sidecar_of
-        from shiftbench.datasets.replication import replicate
+        from shiftbench.studies.replication import replicate
 
         rep = replicate(candidates, reference, strategy, images_per_class=images_per_class, threshold=threshold,
                         bins=_bins(bins), seed=seed, fallback=fallback)

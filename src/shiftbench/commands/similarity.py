@@ -14,6 +14,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from shiftbench.cli_options import DEFAULT_STORE, JsonOpt, ModelsOpt, OneTestbedOpt, StoreOpt
+
 TOP = 10
 
 
@@ -41,21 +43,17 @@ def register(app: typer.Typer) -> None:
                                              "(shiftbench results lists them).")],
         output: Annotated[Path, typer.Option("--output", "-o", help="Folder for pairs.csv, the two matrices (CSV), "
                                              "unsolved.csv and similarity.png.")],
-        store: Annotated[Path, typer.Option("--store", help="Results store directory.")] = Path("shiftbench-results"),
-        model: Annotated[Optional[list[str]], typer.Option("--model", "-m", help="Only these models (repeat or "
-                                                           "comma-separate; default every model on the setting).")]
-        = None,
+        store: StoreOpt = DEFAULT_STORE,
+        model: ModelsOpt = None,
         standard: Annotated[Optional[list[str]], typer.Option(
             "--standard", help="Standard models, for the examples none of them gets right (repeat or comma-separate; "
             "default: models stored with type STANDARD).")] = None,
-        testbed: Annotated[Optional[str], typer.Option(
-            "--testbed", "-t", help="Take standard models from this testbed's types instead (reference name or "
-            "CSV/Parquet path).")] = None,
+        testbed: OneTestbedOpt = None,
         max_models: Annotated[int, typer.Option("--max-models", help="Models drawn in similarity.png (evenly "
                                                 "spaced in accuracy).")] = 60,
         save_study: Annotated[bool, typer.Option("--save-study/--no-save-study", help="Also store the pairs table "
                                                  "as study similarity/<setting> in the store.")] = True,
-        as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON only.")] = False,
+        as_json: JsonOpt = False,
     ) -> None:
         """Dominance probability and error consistency of every pair of models on a setting, from the
         stored per-example predictions; and the examples no standard model gets right."""

@@ -1,7 +1,7 @@
 """``shiftbench resolution-sweep`` and ``shiftbench composite``: studies kept in the results store.
 
-Each is one call into the API -- :func:`shiftbench.shifts.resolution.resolution_sweep` and
-:func:`shiftbench.shifts.compositing.compositing_study` -- with the engine's progress bar on
+Each is one call into the API -- :func:`shiftbench.studies.resolution.resolution_sweep` and
+:func:`shiftbench.studies.compositing.compositing_study` -- with the engine's progress bar on
 stderr and the resulting table on stdout; ``shiftbench report --store DIR`` then shows the
 "Resolution sweeps" and "Object compositing" sections.
 """
@@ -11,6 +11,9 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+
+from shiftbench.cli_options import (DEFAULT_STORE, BatchSizeOpt, DataRootOpt, DeviceOpt, LimitOpt, ModelOpt,
+                                    PartialOpt, SettingOpt, StoreOpt)
 
 
 def _resolutions(text: str | None) -> tuple[int, ...] | None:
@@ -40,27 +43,23 @@ def register(app: typer.Typer) -> None:
 
     @app.command("resolution-sweep")
     def resolution_sweep_cmd(
-        model: Annotated[str, typer.Option("--model", "-m", help="Model spec, e.g. timm:resnet50.a1_in1k or "
-                                           "efficientnet-lite0.")],
-        setting: Annotated[str, typer.Option("--setting", "-s", help="One setting (shiftbench list settings), e.g. "
-                                             "val or folder:DIR.")],
+        model: ModelOpt,
+        setting: SettingOpt,
         resolutions: Annotated[Optional[str], typer.Option(
             "--resolutions", help="Test resolutions (crop sides), comma-separated; default "
             "64,128,224,288,320,384,512,768.")] = None,
         adjust: Annotated[bool, typer.Option("--adjust/--no-adjust", help="Keep the model's resize-to-crop ratio "
                                              "(default) or resize straight to the resolution.")] = True,
-        store: Annotated[Path, typer.Option("--store", help="Results store directory.")] = Path("shiftbench-results"),
-        data_root: Annotated[Path, typer.Option("--data-root", help="Folder holding the datasets in their default "
-                                                "folders.")] = Path("."),
-        limit: Annotated[Optional[int], typer.Option("--limit", help="Only the first N examples.")] = None,
-        batch_size: Annotated[int, typer.Option("--batch-size", help="Images per forward pass.")] = 64,
-        device: Annotated[Optional[str], typer.Option("--device", help="cuda, cuda:1 or cpu (default: cuda if "
-                                                      "present).")] = None,
-        partial: Annotated[bool, typer.Option("--partial", help="Accept a partial copy of a dataset.")] = False,
+        store: StoreOpt = DEFAULT_STORE,
+        data_root: DataRootOpt = Path("."),
+        limit: LimitOpt = None,
+        batch_size: BatchSizeOpt = 64,
+        device: DeviceOpt = None,
+        partial: PartialOpt = False,
     ) -> None:
         """Accuracy of one model at each test resolution (FixRes); stored as a study for the report."""
         from shiftbench.cli import Table, out
-        from shiftbench.shifts.resolution import RESOLUTIONS, resolution_sweep
+        from shiftbench.studies.resolution import RESOLUTIONS, resolution_sweep
 
         frame = resolution_sweep(model, setting, _resolutions(resolutions) or RESOLUTIONS, data_root=data_root,
                                  store=store, adjust_resize_ratio=adjust, limit=limit, batch_size=batch_size,
@@ -77,20 +76,18 @@ def register(app: typer.Typer) -> None:
 
     @app.command("composite")
     def composite_cmd(
-        model: Annotated[str, typer.Option("--model", "-m", help="Model spec, e.g. efficientnet-lite0.")],
+        model: ModelOpt,
         spec: Annotated[Path, typer.Option("--spec", help="Composite spec (JSON/YAML: foregrounds, backgrounds, "
                                            "sizes, locations, rotations).")],
-        store: Annotated[Path, typer.Option("--store", help="Results store directory.")] = Path("shiftbench-results"),
-        data_root: Annotated[Path, typer.Option("--data-root", help="Resolve a relative --spec here if it is not "
-                                                "in the working directory.")] = Path("."),
-        limit: Annotated[Optional[int], typer.Option("--limit", help="Only the first N composite images.")] = None,
-        batch_size: Annotated[int, typer.Option("--batch-size", help="Images per forward pass.")] = 64,
-        device: Annotated[Optional[str], typer.Option("--device", help="cuda, cuda:1 or cpu (default: cuda if "
-                                                      "present).")] = None,
+        store: StoreOpt = DEFAULT_STORE,
+        data_root: DataRootOpt = Path("."),
+        limit: LimitOpt = None,
+        batch_size: BatchSizeOpt = 64,
+        device: DeviceOpt = None,
     ) -> None:
         """SI-SCORE-style compositing: accuracy per object size, rotation and location; stored as a study."""
         from shiftbench.cli import Table, out
-        from shiftbench.shifts.compositing import compositing_study, heatmap_from_study
+        from shiftbench.studies.compositing import compositing_study, heatmap_from_study
 
         frame = compositing_study(model, str(spec), data_root=data_root, store=store, limit=limit,
                                   batch_size=batch_size, device=device, progress=True)

@@ -8,6 +8,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from shiftbench.cli_options import JsonOpt, OneTestbedOpt, ScaleOpt, StoreOpt
+
 
 def _testbed(spec: str | None, store: Path):
     """The testbed whose trend is used: ``-t`` (a reference name, a table, or a results store
@@ -32,20 +34,18 @@ def _testbed(spec: str | None, store: Path):
 def register(app: typer.Typer) -> None:
     @app.command("trajectory")
     def trajectory_cmd(
-        store: Annotated[Path, typer.Option("--store", help="Results store holding the trajectories.")],
+        store: StoreOpt,
         name: Annotated[Optional[list[str]], typer.Option("--name", help="Trajectory name (repeatable; default all).")]
         = None,
-        testbed: Annotated[Optional[str], typer.Option(
-            "--testbed", "-t", help="Testbed whose trend gives effective robustness: reference name, table path or "
-            "results store directory (default: the store's own models).")] = None,
+        testbed: OneTestbedOpt = None,
         x: Annotated[Optional[str], typer.Option("--x", help="In-distribution setting (default: the trajectory's).")]
         = None,
         y: Annotated[Optional[str], typer.Option("--y", help="Shifted setting (default: its first shifted one).")]
         = None,
-        scale: Annotated[str, typer.Option("--scale", help="Axis scaling: logit, probit or linear.")] = "logit",
+        scale: ScaleOpt = "logit",
         output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write figures (PNG/PDF) and a CSV here.")]
         = None,
-        as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON only.")] = False,
+        as_json: JsonOpt = False,
     ) -> None:
         """Each stored fine-tuning trajectory: per-step accuracies and effective robustness."""
         import numpy as np
@@ -55,7 +55,7 @@ def register(app: typer.Typer) -> None:
             trajectory_accuracies, trajectory_effective_robustness, trajectory_summary)
         from shiftbench.analysis.trend import fit_trend
         from shiftbench.cli import Table, out
-        from shiftbench.engine.trajectory import Trajectory
+        from shiftbench.studies.trajectory import Trajectory
         from shiftbench.errors import ConfigError, ShiftbenchError
         from shiftbench.store import Store
 

@@ -33,8 +33,13 @@ change the train/id-test split of the others. Rows keep the manifest's order ins
 :meth:`AttributeSplits.write` writes ``train.csv``, ``id-test.csv``, ``ood-<A>=<v>.csv`` and
 ``splits.json``; each CSV is a manifest the engine evaluates as ``manifest:<file>``.
 
->>> splits = attribute_splits("digits.csv", train={"thickness": "medium", "slant": "upright"},
-...                           bins={"thickness": ["thin", "medium", "thick"]}, seed=0)  # doctest: +SKIP
+This module is data only: :func:`carve_splits` and :class:`AttributeSplits`. The study that
+carves, writes the splits and evaluates a model on each (``attributes`` in the results store, the
+report's "Attribute-controlled shifts" section), and the one-call
+:func:`~shiftbench.studies.attributes.attribute_splits`, are :mod:`shiftbench.studies.attributes`.
+
+>>> splits = carve_splits("digits.csv", train={"thickness": "medium", "slant": "upright"},
+...                       bins={"thickness": ["thin", "medium", "thick"]}, seed=0)  # doctest: +SKIP
 >>> splits.sizes                                                               # doctest: +SKIP
 >>> files = splits.write("carved")       # {"train": Path("carved/train.csv"), ...}  # doctest: +SKIP
 """
@@ -396,7 +401,7 @@ def _describe(attr: str, values: tuple[str, ...]) -> str:
 
 
 # ----------------------------------------------------------------------------- the API
-def attribute_splits(
+def carve_splits(
     manifest: str | Path | pd.DataFrame,
     train: Mapping[str, Any],
     *,

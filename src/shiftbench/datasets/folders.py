@@ -31,17 +31,15 @@ from shiftbench.datasets.base import FileDataset
 from shiftbench.datasets.manifest import LabelSpace, _norm, known_label_space, label_space_of
 from shiftbench.datasets.registry import register_dataset
 from shiftbench.errors import ConfigError, DataError, did_you_mean
+from shiftbench.shifts.corruptions import CORRUPTIONS, SEVERITIES
 
 IMAGENET = "imagenet-1k"
 #: A WordNet id as ImageNet names its class folders: ``n`` and eight digits.
 WNID = re.compile(r"n\d{8}")
 IMAGENETV2_VARIANTS = ("matched-frequency", "threshold0.7", "top-images")
-#: The 15 ImageNet-C corruptions plus the 4 extra ones (Hendrycks & Dietterich 2019).
-IMAGENET_C_CORRUPTIONS = (
-    "gaussian_noise", "shot_noise", "impulse_noise", "defocus_blur", "glass_blur", "motion_blur", "zoom_blur",
-    "snow", "frost", "fog", "brightness", "contrast", "elastic_transform", "pixelate", "jpeg_compression",
-    "speckle_noise", "gaussian_blur", "spatter", "saturate",
-)
+#: The 15 ImageNet-C corruptions plus the 4 extra ones (Hendrycks & Dietterich 2019): the one list,
+#: :data:`shiftbench.shifts.corruptions.CORRUPTIONS`.
+IMAGENET_C_CORRUPTIONS = CORRUPTIONS
 #: Labels files recognised beside flat ImageNet validation images, in order of preference.
 IMAGENET_VAL_LABEL_FILES = ("LOC_val_solution.csv", "labels.csv", "val_labels.csv")
 
@@ -451,12 +449,9 @@ def imagenet_c_on_disk(root: Path | str, corruption: str, severity: int, name: s
     """
     if corruption not in IMAGENET_C_CORRUPTIONS:
         raise ConfigError(did_you_mean("ImageNet-C corruption", str(corruption), IMAGENET_C_CORRUPTIONS))
-    try:
-        sev = int(severity)
-    except (TypeError, ValueError):
-        sev = -1
-    if str(sev) != str(severity).strip() or not 1 <= sev <= 5:
+    if str(severity).strip() not in {str(s) for s in SEVERITIES}:
         raise ConfigError(f"ImageNet-C severity must be an integer 1..5, got {severity!r}")
+    sev = int(severity)
     base = Path(root)
     root = base / corruption / str(sev)
     full = f"{name}.{corruption}.{sev}"

@@ -15,6 +15,12 @@ the class. Three strategies pick ``k`` images per class (ImageNetV2: ``k = 10``)
 
 Reproducible: the draw of a class depends only on ``(seed, class label)`` and on the class's
 candidates ordered by path -- never on row order or on the other classes.
+
+This module is data only: the strategies, :func:`sample_replication` and :class:`Replication`
+(with its manifest writing). The study that samples, writes the manifest and keeps the
+histograms in the results store (``replication``, the report's "Dataset replication" section),
+and the one-call :func:`~shiftbench.studies.replication.replicate`, are
+:mod:`shiftbench.studies.replication`.
 """
 from __future__ import annotations
 
@@ -324,6 +330,7 @@ class Replication:
         label and the closest classes. Labels are written as given. Without ``label_space``, a
         sidecar an earlier write left beside ``path`` is removed (it would relabel this manifest)."""
         from shiftbench.datasets.manifest import SIDECAR_SUFFIXES, label_space_of, write_label_space
+        from shiftbench.store.files import atomic_write_with   # temp name, fsync, os.replace
 
         path = Path(path)
         suffix = path.suffix.lower()
@@ -344,18 +351,19 @@ class Replication:
                                 "manifest into a folder that contains every image (e.g. next to the candidates file)")
             rel.append(Path(r).as_posix())
         frame = self.manifest.assign(path=rel)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        if suffix == ".csv":
-            frame.to_csv(tmp, index=False)
-        else:
-            frame.to_parquet(tmp, index=False)
-        if space is not None:
-            write_label_space(path, space)
-        else:                        # a sidecar left by an earlier write would relabel this manifest
-            for suffix in SIDECAR_SUFFIXES:
-                path.with_name(path.name + suffix).unlink(missing_ok=True)
-        os.replace(tmp, path)
+
+        def writer(tmp: Path) -> None:   # the table first, then the sidecar, then the rename onto ``path``
+            if suffix == ".csv":
+                frame.to_csv(tmp, index=False)
+            else:
+                frame.to_parquet(tmp, index=False)
+            if space is not None:
+                write_label_space(path, space)
+            else:                    # a sidecar left by an earlier write would relabel this manifest
+                for sidecar in SIDECAR_SUFFIXES:
+                    path.with_name(path.name + sidecar).unlink(missing_ok=True)
+
+        atomic_write_with(path, writer)
         return path
 
     @property
@@ -438,9 +446,9 @@ def _check_params(strategy: str, images_per_class: int, tau: float, seed: int, f
     return fallback
 
 
-def replicate(candidates: Any, reference: Any = None, strategy: str = "matched-frequency", *,
-              images_per_class: int = 10, threshold: float = 0.7, bins: Sequence[float] = BINS, seed: int = 0,
-              fallback: str | None = None, root: Path | str | None = None) -> Replication:
+def sample_replication(candidates: Any, reference: Any = None, strategy: str = "matched-frequency", *,
+                       images_per_class: int = 10, threshold: float = 0.7, bins: Sequence[float] = BINS,
+                       seed: int = 0, fallback: str | None = None, root: Path | str | None = None) -> Replication:
     """Sample a new test set per class from annotated candidates (Recht et al. 2019, §3).
 
     Parameters
@@ -466,7 +474,7 @@ def replicate(candidates: Any, reference: Any = None, strategy: str = "matched-f
     Every class must have enough candidates, else a :class:`TooFewCandidates` error naming the
     file, class and strategy. Example::
 
-        rep = replicate("candidates.csv", "val_frequencies.csv", images_per_class=10, seed=0)
+        rep = sample_replication("candidates.csv", "val_frequencies.csv", images_per_class=10, seed=0)
         rep.mean_selection_frequency, rep.summary; rep.write("candidates_dir/v2.csv")
     """
     fallback = _check_params(strategy, images_per_class, threshold, seed, fallback, reference is not None)
@@ -528,4 +536,4 @@ def replicate(candidates: Any, reference: Any = None, strategy: str = "matched-f
                        else float(ref["selection_frequency"].mean()), reference=ref)
 
 
-_threshold = threshold   # ``replicate``'s ``threshold`` argument shadows the strategy function
+_threshold = threshold   # ``sample_replication``'s ``threshold`` argument shadows the strategy function

@@ -10,7 +10,7 @@ Steps of :func:`run_attribute_demo`:
    shear angle of the ink, degrees, positive = leaning right);
 3. write each digit as a 32 x 32 PNG (MNIST padded by 2 px, the demo's representation) and a
    manifest ``digits.csv`` (``path, label, thickness, slant, mnist_index``);
-4. carve with :func:`shiftbench.datasets.attributes.attribute_splits`: thickness in quantile
+4. carve with :func:`shiftbench.studies.attributes.attribute_splits`: thickness in quantile
    tertiles ``thin / medium / thick``, slant in fixed bins ``left (< -10°) / upright
    (-10° to 10°) / right (>= 10°)``; train = medium & upright; OOD = thin, thick (upright),
    left, right (medium);
@@ -29,7 +29,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from shiftbench.datasets.attributes import AttributeSplits, Binning, attribute_splits
+from shiftbench.datasets.attributes import AttributeSplits, Binning
+from shiftbench.studies.attributes import attribute_splits, split_accuracies
 from shiftbench.errors import DataError
 
 INK_THRESHOLD = 128            # a pixel is ink when its grey level is >= 128 of 255
@@ -151,13 +152,13 @@ def run_attribute_demo(data_dir: Path | str, workspace: Path | str, *, n: int | 
     The table is also written to ``<workspace>/results.csv`` and stored as the study
     ``attributes/digits`` of the store ``<workspace>/store``; timings are in ``.attrs["times"]``.
     """
-    import shiftbench.demo  # noqa: F401 - registers the digits architectures
-    from shiftbench.analysis.intervals import accuracy_interval
+    import shiftbench.demo
     from shiftbench.demo.data import read_mnist
     from shiftbench.engine import evaluate
     from shiftbench.models import load_model
     from shiftbench.store.store import Store
 
+    shiftbench.demo.register()      # the digits architectures (idempotent; a test may have reset them)
     ws = Path(workspace)
     times: dict[str, float] = {}
     t0 = time.perf_counter()
@@ -187,17 +188,7 @@ def run_attribute_demo(data_dir: Path | str, workspace: Path | str, *, n: int | 
     res = evaluate(model, list(settings.values()), store=ws / "store", workers=0, progress=progress)
     times["evaluate"] = time.perf_counter() - t0
 
-    acc = dict(zip(res["setting"], res["accuracy"]))
-    sizes = splits.sizes.set_index("split")
-    out = []
-    for s in tests:
-        a, m = float(acc[settings[s]]), int(sizes.loc[s, "n"])
-        lo, hi = accuracy_interval(a, m, confidence=0.95)
-        out.append({"split": s, "kind": sizes.loc[s, "kind"], "attribute": sizes.loc[s, "attribute"],
-                    "value": sizes.loc[s, "value"], "n": m, "accuracy": a, "ci_low": float(lo), "ci_high": float(hi)})
-    table = pd.DataFrame(out)
-    table["drop"] = table["accuracy"] - float(table.loc[table["split"] == "id-test", "accuracy"].iloc[0])
-    table["setting"] = [settings[s] for s in tests]
+    table = split_accuracies(splits, dict(zip(res["setting"], res["accuracy"])), settings)
     table.attrs["times"] = times
     table.attrs["n_train"] = len(train)
     table.to_csv(ws / "results.csv", index=False)

@@ -8,7 +8,7 @@ the MNIST training split twice:
 * ``<arch>-scratch``: from random initialisation.
 
 Both use the same recipe (Adam, constant ``lr``, batches of ``batch_size``, the same seeded data
-order and the same classifier initialisation), and a :class:`~shiftbench.engine.trajectory.Trajectory`
+order and the same classifier initialisation), and a :class:`~shiftbench.studies.trajectory.Trajectory`
 evaluates ``mnist-test`` (in-distribution) and ``uci-digits`` (natural shift) through the engine
 at step 0, at the sub-epoch steps ``early_steps`` (where pre-training's effective robustness
 shows, if anywhere) and after every epoch. Each checkpoint is then placed against the digits
@@ -254,7 +254,7 @@ def run_finetune_demo(
     from shiftbench.demo.archs import DIGITS_PREPROCESSING
     from shiftbench.demo.datasets import load_prepared, prepare_data
     from shiftbench.demo.run import _one_thread
-    from shiftbench.engine.trajectory import Trajectory
+    from shiftbench.studies.trajectory import Trajectory
     from shiftbench.errors import ConfigError
 
     if epochs < 1 or batch_size < 1 or n_pretrain < 1:

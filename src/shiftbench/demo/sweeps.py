@@ -5,7 +5,7 @@ models of different kinds (a STANDARD CNN, its AugMix / Noise2Net / PGD variants
 the report's "Resolution sweeps" and "Object compositing" sections have data:
 
 1. **resolution** (Touvron et al. 2019, FixRes): accuracy on ``n`` ``mnist-test`` digits at test
-   resolutions :data:`RESOLUTIONS` through :func:`shiftbench.shifts.resolution.resolution_sweep`.
+   resolutions :data:`RESOLUTIONS` through :func:`shiftbench.studies.resolution.resolution_sweep`.
    The digits preprocessing is resize = crop = 32, so at resolution ``r`` the 32 x 32 digit is
    resized to ``r x r``. The zoo's CNNs flatten a fixed 4 x 4 map into their linear head
    (:mod:`shiftbench.demo.archs`) and the MLPs a fixed 32 x 32 input: as trained, both fail at
@@ -20,7 +20,7 @@ the report's "Resolution sweeps" and "Object compositing" sections have data:
    with scikit-image, so offline; darkened to :data:`TEXTURE_GAIN` of their grey level so the white
    ink stays the brightest thing, as on MNIST) -- over object size (ink area as a share of the
    image), a 3 x 3 location grid and rotations, labelled with the digit. Evaluated with
-   :func:`shiftbench.shifts.compositing.compositing_study`; the model's preprocessing resizes the
+   :func:`shiftbench.studies.compositing.compositing_study`; the model's preprocessing resizes the
    64 px canvas to 32 px.
 
 The foreground and background PNGs and the composite spec are written atomically to
@@ -213,8 +213,8 @@ def run_sweeps_demo(
     import shiftbench.demo
     from shiftbench.demo.datasets import prepare_data
     from shiftbench.demo.zoo import cache_status, select_zoo
-    from shiftbench.shifts.compositing import compositing_study
-    from shiftbench.shifts.resolution import resolution_sweep
+    from shiftbench.studies.compositing import compositing_study
+    from shiftbench.studies.resolution import resolution_sweep
     from shiftbench.store.store import Store
 
     shiftbench.demo.register()

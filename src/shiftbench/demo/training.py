@@ -152,46 +152,21 @@ class _Augmenter:
 
 
 def _attack(recipe: dict[str, Any], model: Any, x: Any, y: Any, g: Any) -> Any:
-    """PGD adversarial examples for training (shiftbench.shifts.adversarial.pgd when present)."""
+    """PGD adversarial examples for training (:func:`shiftbench.shifts.adversarial.pgd`)."""
     adv = recipe["adversarial"]
     norm, eps, steps = adv["norm"], float(adv["eps"]), int(adv["steps"])
     was_training = model.training
     model.eval()
     try:
-        try:
-            from shiftbench.shifts.adversarial import pgd
-        except ImportError:  # pragma: no cover - the shifts package ships it
-            pgd = _pgd
         import torch
+
+        from shiftbench.shifts.adversarial import pgd
 
         gens = [torch.Generator().manual_seed(int(s)) for s in torch.randint(0, 2**62, (len(x),), generator=g)]
         out = pgd(model, x, y, norm, eps, steps=steps, generators=gens)
     finally:
         model.train(was_training)
     return out.detach()
-
-
-def _pgd(model: Any, x: Any, y: Any, norm: str, eps: float, steps: int, generators: Any = None) -> Any:
-    """A small l_inf / l_2 PGD (random start) used only if shiftbench.shifts.adversarial is absent."""
-    import torch
-    import torch.nn.functional as F
-
-    step = 2.5 * eps / max(steps, 1)
-    delta = (torch.rand_like(x) * 2 - 1) * eps if norm == "linf" else torch.zeros_like(x)
-    for _ in range(steps):
-        delta.requires_grad_(True)
-        loss = F.cross_entropy(model((x + delta).clamp(0, 1)), y)
-        (grad,) = torch.autograd.grad(loss, delta)
-        with torch.no_grad():
-            if norm == "linf":
-                delta = (delta + step * grad.sign()).clamp(-eps, eps)
-            else:
-                gn = grad.flatten(1).norm(dim=1).clamp_min(1e-12).view(-1, 1, 1, 1)
-                delta = delta + step * grad / gn
-                dn = delta.flatten(1).norm(dim=1).clamp_min(1e-12).view(-1, 1, 1, 1)
-                delta = delta * (eps / dn).clamp(max=1.0)
-            delta = (x + delta).clamp(0, 1) - x
-    return (x + delta).detach()
 
 
 def _fit(net: Any, x_uint8: np.ndarray, y: np.ndarray, recipe: dict[str, Any], epochs: float,

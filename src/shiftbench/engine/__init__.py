@@ -1,4 +1,16 @@
-"""The evaluation engine: runner (local) and executors (Ray)."""
+"""The evaluation engine: one :class:`EvalRequest`, run by an executor (local or Ray) that owns
+the loop over (model × dataset); the runner does one forward pass per (model, dataset)."""
+from shiftbench.engine.executor import Executor, LocalExecutor
+from shiftbench.engine.request import EvalRequest
 from shiftbench.engine.runner import evaluate
 
-__all__ = ["evaluate"]
+__all__ = ["evaluate", "EvalRequest", "Executor", "LocalExecutor", "RayExecutor"]
+
+
+def __getattr__(name: str):
+    """``RayExecutor`` is imported on first use."""
+    if name == "RayExecutor":
+        from shiftbench.engine.ray_executor import RayExecutor
+
+        return RayExecutor
+    raise AttributeError(f"module 'shiftbench.engine' has no attribute {name!r}")

@@ -31,7 +31,8 @@ import shiftbench
 from shiftbench.datasets.base import ImageDataset, ImageDecodeError
 from shiftbench.errors import ConfigError, ShiftbenchError, ShiftError
 from shiftbench.models.base import LoadedModel
-from shiftbench.settings import Setting, check_convention, get_setting
+from shiftbench.engine.request import EvalRequest
+from shiftbench.settings import Setting
 from shiftbench.shifts import get_shift
 from shiftbench.store.store import DEFAULT_STORE, Store, digest
 
@@ -369,15 +370,111 @@ def _check_logits(logits: np.ndarray, model: LoadedModel, errors: Sequence[str],
         check_logits(logits[good], model.name, expected)
 
 
-# ---------------------------------------------------------------------------- public API
+# ---------------------------------------------------------------------------- one model, one dataset
 def default_device() -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def load_for(model: str | LoadedModel, request: EvalRequest, device: str) -> LoadedModel:
+    """The request's ``model`` loaded (``model_type``/``arch`` applied) and moved to ``device``."""
+    from shiftbench.models import load_model
+
+    loaded = model if isinstance(model, LoadedModel) else load_model(model, model_type=request.model_type,
+                                                                     arch=request.arch)
+    loaded.module.to(device).eval()
+    try:
+        import torch
+
+        loaded.module.to(memory_format=torch.channels_last)
+    except Exception:  # noqa: BLE001 - channels-last is an optimisation only
+        pass
+    return loaded
+
+
+@dataclass
+class DatasetPasses:
+    """One dataset of a request, loaded for one model, with a :class:`Pass` per shift."""
+
+    dataset: ImageDataset
+    passes: list[Pass]
+
+    @classmethod
+    def prepare(cls, loaded: LoadedModel, group: Sequence[Setting], request: EvalRequest, store: Store, *,
+                notes: bool = False) -> DatasetPasses:
+        """Load the dataset ``group``'s settings share (``limit`` applied) and register their keys."""
+        dataset_name, args = group[0].dataset_key
+        ds = _load(dataset_name, request.data_root, request.data_dirs, dict(args), request.partial,
+                   _imagenet_outputs(loaded, group))
+        if notes:  # how the data was read, e.g. a folder of ImageNet classes on the 1000-way logits
+            for note in getattr(ds, "notes", ()):
+                print(f"note: {note}", file=sys.stderr)
+        if request.limit is not None and request.limit < len(ds):
+            ds = ds.subset(range(request.limit))
+        by_shift: dict[Any, list[Setting]] = defaultdict(list)
+        for s in group:
+            by_shift[s.shift].append(s)
+        return cls(ds, [Pass(loaded, ds, members, store, convention=request.convention,
+                             chunk_size=request.chunk_size, keep_logits=request.keep_logits, force=request.force,
+                             seed=request.seed, shift=None if shift is None else get_shift(*shift))
+                        for shift, members in by_shift.items()])
+
+    def todo_chunks(self) -> list[int]:
+        return sorted(set().union(*(p.todo_chunks() for p in self.passes)))
+
+    def run(self, request: EvalRequest, device: str, tick: Callable[[str | None, int, int | None], None]
+            ) -> list[dict[str, Any]]:
+        """Compute the missing chunks (one decode per image for every pass) and finish the keys."""
+        ds, chunk_size = self.dataset, request.chunk_size
+        n_images = sum(min(len(ds), (c + 1) * chunk_size) - c * chunk_size for c in self.todo_chunks())
+        shifts = sum(p.shift is not None for p in self.passes)
+        tick(f"{self.passes[0].model.name} on {ds.name}" + (f" (+{shifts} shifts)" if shifts else ""), 0, n_images)
+        run_dataset(self.passes, device=device, batch_size=request.batch_size, workers=request.workers,
+                    on_images=lambda k: tick(None, k, None))
+        return [row for p in self.passes for row in p.finish()]
+
+
+def run_model(model: str | LoadedModel, groups: Sequence[Sequence[Setting]], request: EvalRequest, *,
+              progress: bool | ProgressFn = True, run_meta: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Evaluate one model of ``request`` on the dataset ``groups`` (every dataset is loaded, and
+    every key registered, before the first forward pass) and record the run in the store."""
+    store = request.open_store()
+    device = request.device or default_device()
+    loaded = load_for(model, request, device)
+    prepared = [DatasetPasses.prepare(loaded, g, request, store, notes=progress is True) for g in groups]
+    meta = {"model": loaded.name, "spec": loaded.spec, "settings": [s.name for g in groups for s in g],
+            "device": device, "shiftbench": shiftbench.__version__, "torch": _torch_version(),
+            "python": platform.python_version(), "preprocessing": loaded.preprocessing.to_dict(),
+            "batch_size": request.batch_size, "workers": request.workers, "limit": request.limit,
+            **dict(run_meta or {}), "started": time.time()}
+    total = sum(len(p.todo_chunks()) for d in prepared for p in d.passes)
+    rows: list[dict[str, Any]] = []
+    with _progress(progress, loaded.name) as tick:
+        for d in prepared:
+            rows += d.run(request, device, tick)
+    store.record_run({**meta, "finished": time.time(), "chunks": total})
+    return rows
+
+
+def result_frame(rows: Sequence[Mapping[str, Any]], request: EvalRequest) -> pd.DataFrame:
+    """The rows of a request's results as one table: models in request order (rows of a model
+    together), each model's settings in the order asked for, ``RESULT_KEYS`` first."""
+    frame = pd.DataFrame(list(rows))
+    if frame.empty:
+        return pd.DataFrame(columns=RESULT_KEYS)
+    setting_order = {n: i for i, n in enumerate(request.setting_names)}
+    model_order: dict[str, int] = {}
+    for m in frame["model"]:
+        model_order.setdefault(m, len(model_order))
+    keys = pd.DataFrame({"m": frame["model"].map(model_order), "s": frame["setting"].map(setting_order)})
+    frame = frame.loc[keys.sort_values(["m", "s"], kind="stable").index].reset_index(drop=True)
+    return frame[RESULT_KEYS + [c for c in frame.columns if c not in RESULT_KEYS]]
+
+
+# ---------------------------------------------------------------------------- public API
 def evaluate(
-    model: str | LoadedModel,
+    model: str | LoadedModel | Sequence[str | LoadedModel],
     settings: str | Sequence[str],
     *,
     data_root: str | Path = ".",
@@ -397,14 +494,18 @@ def evaluate(
     seed: int = 0,
     progress: bool | ProgressFn = True,
 ) -> pd.DataFrame:
-    """Evaluate ``model`` on ``settings`` and return one row per setting.
+    """Evaluate ``model`` (or each of a list of models) on ``settings``; one row per (model, setting).
+
+    Builds one :class:`~shiftbench.engine.request.EvalRequest` and runs it with the
+    :class:`~shiftbench.engine.executor.LocalExecutor` (``shiftbench eval --executor ray`` runs
+    the same request on a Ray cluster).
 
     Parameters
     ----------
     model:
         A model spec (``torchvision:resnet50``, ``timm:resnet50.a1_in1k``,
         ``checkpoint:<file>``, ``python:<module>:<function>``; see :mod:`shiftbench.models`)
-        or a :class:`~shiftbench.models.base.LoadedModel`.
+        or a :class:`~shiftbench.models.base.LoadedModel`, or a list of them.
     settings:
         Setting names (``shiftbench list settings``) or custom ``folder:``/``manifest:``/``hf:``.
     data_root, data_dirs:
@@ -434,69 +535,13 @@ def evaluate(
     DataFrame with ``model, setting, accuracy, top5, n_examples, n_skipped`` (accuracies in
     percent) plus ``convention``, calibration (``ece``, ``nll``, ``brier``) and ``skipped_files``.
     """
-    from shiftbench.datasets import load_dataset
-    from shiftbench.models import load_model
+    from shiftbench.engine.executor import LocalExecutor
 
-    check_convention(convention)
-    if batch_size < 1 or chunk_size < 1:
-        raise ConfigError(f"batch_size={batch_size} and chunk_size={chunk_size} must be at least 1")
-    if limit is not None and limit < 1:
-        raise ConfigError(f"limit={limit} must be at least 1")
-    names = [settings] if isinstance(settings, str) else list(settings)
-    resolved = [get_setting(s) for s in names]
-    st = store if isinstance(store, Store) else Store(store)
-    device = device or default_device()
-    loaded = model if isinstance(model, LoadedModel) else load_model(model, model_type=model_type, arch=arch)
-    loaded.module.to(device).eval()
-    try:
-        import torch
-
-        loaded.module.to(memory_format=torch.channels_last)
-    except Exception:  # noqa: BLE001 - channels-last is an optimisation only
-        pass
-
-    groups: dict[Any, list[Setting]] = defaultdict(list)
-    for s in resolved:
-        groups[s.dataset_key].append(s)
-    datasets: list[tuple[ImageDataset, list[Pass]]] = []
-    for (dataset_name, args), group in groups.items():
-        ds = _load(dataset_name, data_root, data_dirs, dict(args), partial, _imagenet_outputs(loaded, group))
-        if progress is True:  # how the data was read, e.g. a folder of ImageNet classes on the 1000-way logits
-            for note in getattr(ds, "notes", ()):
-                print(f"note: {note}", file=sys.stderr)
-        if limit is not None and limit < len(ds):
-            ds = ds.subset(range(limit))
-        by_shift: dict[Any, list[Setting]] = defaultdict(list)
-        for s in group:
-            by_shift[s.shift].append(s)
-        datasets.append((ds, [Pass(loaded, ds, members, st, convention=convention, chunk_size=chunk_size,
-                                   keep_logits=keep_logits, force=force, seed=seed,
-                                   shift=None if shift is None else get_shift(*shift))
-                              for shift, members in by_shift.items()]))
-    passes = [p for _, ps in datasets for p in ps]
-
-    run_meta = {"model": loaded.name, "spec": loaded.spec, "settings": names, "device": device,
-                "shiftbench": shiftbench.__version__, "torch": _torch_version(), "python": platform.python_version(),
-                "preprocessing": loaded.preprocessing.to_dict(), "batch_size": batch_size, "workers": workers,
-                "limit": limit, "started": time.time()}
-    total = sum(len(p.todo_chunks()) for p in passes)
-    rows: list[dict[str, Any]] = []
-    with _progress(progress, loaded.name) as tick:
-        for ds, ps in datasets:
-            todo = sorted(set().union(*(p.todo_chunks() for p in ps)))
-            n_images = sum(min(len(ds), (c + 1) * chunk_size) - c * chunk_size for c in todo)
-            shifts = sum(p.shift is not None for p in ps)
-            tick(f"{loaded.name} on {ds.name}" + (f" (+{shifts} shifts)" if shifts else ""), 0, n_images)
-            run_dataset(ps, device=device, batch_size=batch_size, workers=workers,
-                        on_images=lambda k: tick(None, k, None))
-            for p in ps:
-                rows += p.finish()
-    run_meta.update(finished=time.time(), chunks=total)
-    st.record_run(run_meta)
-    frame = pd.DataFrame(rows)
-    order = {n: i for i, n in enumerate(s.name for s in resolved)}
-    frame = frame.sort_values("setting", key=lambda c: c.map(order)).reset_index(drop=True)
-    return frame[RESULT_KEYS + [c for c in frame.columns if c not in RESULT_KEYS]]
+    request = EvalRequest.build(
+        model, settings, data_root=data_root, data_dirs=data_dirs, store=store, batch_size=batch_size,
+        workers=workers, limit=limit, keep_logits=keep_logits, force=force, device=device, convention=convention,
+        chunk_size=chunk_size, model_type=model_type, arch=arch, partial=partial, seed=seed)
+    return LocalExecutor().run(request, progress=progress)
 
 
 def _imagenet_outputs(model: LoadedModel, group: Sequence[Setting]) -> int | None:

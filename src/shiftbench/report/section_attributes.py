@@ -1,6 +1,7 @@
 """Report section: attribute-controlled shifts stored as ``attributes`` studies.
 
-A study (written by :func:`shiftbench.demo.attributes.run_attribute_demo`, or by a user with
+A study (written by :class:`shiftbench.studies.attributes.AttributeStudy`, by
+:func:`shiftbench.demo.attributes.run_attribute_demo`, or by a user with
 ``Store.write_study("attributes", name, frame)``) has one row per split with columns ``split``,
 ``kind`` (``id-test`` or ``ood``), ``attribute``, ``value``, ``n``, ``accuracy`` and optionally
 ``ci_low``/``ci_high`` (95% Clopper-Pearson) and ``drop`` (accuracy minus the ID test's). The
@@ -18,6 +19,7 @@ from shiftbench.errors import ShiftbenchError
 from shiftbench.report.interactive import plotly_text
 from shiftbench.report.sections import (
     Rendered, ReportContext, Section, TestbedReport, esc, register_section, section_html, small_table)
+from shiftbench.studies.attributes import STUDY_KIND
 
 REQUIRED = {"split", "kind", "n", "accuracy"}
 
@@ -26,7 +28,7 @@ def _studies(ctx: ReportContext) -> pd.DataFrame:
     if ctx.store is None:
         return pd.DataFrame()
     try:
-        frame = ctx.store.read_studies("attributes")
+        frame = ctx.store.read_studies(STUDY_KIND)
     except ShiftbenchError:
         return pd.DataFrame()
     return frame if REQUIRED <= set(frame.columns) else pd.DataFrame()

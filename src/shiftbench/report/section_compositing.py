@@ -1,6 +1,6 @@
 """Report section "Object compositing": SI-SCORE-style factor accuracies from the results store.
 
-Reads the ``compositing`` studies that :func:`shiftbench.shifts.compositing.compositing_study`
+Reads the ``compositing`` studies that :func:`shiftbench.studies.compositing.compositing_study`
 (``shiftbench composite``) writes. Per composite dataset (spec): accuracy against object size
 and against rotation, one line per model, and per model the location heatmap -- accuracy at
 each object centre divided by its 95th percentile over locations (Djolonga et al. 2021, §4),
@@ -16,7 +16,7 @@ from shiftbench.report.interactive import EXTRA_COLOURS, _layout, _round, plotly
 from shiftbench.report.figures import TYPE_STYLE
 from shiftbench.report.sections import (Rendered, ReportContext, Section, TestbedReport, esc, register_section,
                                         section_html, slug, small_table)
-from shiftbench.shifts.compositing import STUDY_KIND, heatmap_from_study
+from shiftbench.studies.compositing import STUDY_KIND, heatmap_from_study
 
 PALETTE = tuple(c for c, _ in TYPE_STYLE.values()) + EXTRA_COLOURS
 NEEDED = {"model", "dataset", "factor", "accuracy", "n"}

@@ -15,8 +15,7 @@ from shiftbench.report.replication_figures import (class_means_figure, has_refer
                                                    replication_figure, replication_title, study_parts)
 from shiftbench.report.sections import (Rendered, ReportContext, Section, TestbedReport, esc, register_section,
                                         section_html, slug, small_table)
-
-STUDY_KIND = "replication"
+from shiftbench.studies.replication import STUDY_KIND
 
 
 def replication_overview(store) -> pd.DataFrame:

@@ -1,6 +1,6 @@
 """Report section "Resolution sweeps": accuracy against test resolution from the results store.
 
-Reads the ``resolution`` studies that :func:`shiftbench.shifts.resolution.resolution_sweep`
+Reads the ``resolution`` studies that :func:`shiftbench.studies.resolution.resolution_sweep`
 (``shiftbench resolution-sweep``) writes: per setting, one line per model of top-1 accuracy
 against the test resolution (the side of the centre crop), with the best resolution starred and
 the model's native input size ringed -- the curve of Touvron et al. 2019 (FixRes): with
@@ -17,7 +17,7 @@ from shiftbench.report.interactive import EXTRA_COLOURS, _layout, _round, plotly
 from shiftbench.report.figures import TYPE_STYLE
 from shiftbench.report.sections import (Rendered, ReportContext, Section, TestbedReport, esc, register_section,
                                         section_html, slug, small_table)
-from shiftbench.shifts.resolution import STUDY_KIND
+from shiftbench.studies.resolution import STUDY_KIND
 
 PALETTE = tuple(c for c, _ in TYPE_STYLE.values()) + EXTRA_COLOURS
 TABLE_COLUMNS = ["model", "setting", "resolution", "resize", "accuracy", "top5", "n_examples", "best", "native",

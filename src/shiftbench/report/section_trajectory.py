@@ -1,7 +1,7 @@
 """The HTML report's "Fine-tuning trajectories" section (key ``fine-tuning``).
 
 For each testbed, every trajectory stored in the report's results store (``--store``; studies
-of kind ``trajectory``, written by :class:`shiftbench.engine.trajectory.Trajectory`) whose
+of kind ``trajectory``, written by :class:`shiftbench.studies.trajectory.Trajectory`) whose
 in-distribution and shifted settings are both in the testbed is drawn over the testbed's trend,
 with its checkpoints' effective robustness against step/epoch and a table of the numbers
 (Andreassen et al. 2021). The section is left out when no stored trajectory fits the testbed.
@@ -17,8 +17,7 @@ from shiftbench.report.sections import (
     ReportContext, Rendered, Section, TestbedReport, esc, register_section, section_html, slug, small_table)
 from shiftbench.report.trajectory_figures import (
     plot_trajectory, plot_trajectory_er, trajectory_er_figure, trajectory_figure)
-
-KIND = "trajectory"
+from shiftbench.studies.trajectory import KIND
 
 
 def stored_trajectories(store) -> dict[str, tuple[pd.DataFrame, str, list[str]]]:

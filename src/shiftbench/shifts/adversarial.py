@@ -110,21 +110,31 @@ def pgd(model: Any, x: Any, targets: Any, norm: str, eps: float, steps: int = PU
     >>> bool((adv - x).abs().max() <= 2 / 255 + 1e-6), bool(adv.min() >= 0), bool(adv.max() <= 1)
     (True, True, True)
     """
-    import torch
-    import torch.nn.functional as F
-
-    if norm not in NORMS:
-        raise ConfigError(f"pgd: norm {norm!r} is not one of {', '.join(NORMS)}")
-    if not eps >= 0 or not math.isfinite(eps):
-        raise ConfigError(f"pgd: eps must be a finite number >= 0, got {eps!r}")
-    if int(steps) != steps or steps < 0:
-        raise ConfigError(f"pgd: steps must be an integer >= 0, got {steps!r}")
-    step = 2.5 * eps / steps if step_size is None and steps else float(step_size or 0.0)
+    _check_pgd("pgd", norm, eps, steps)
     if x.ndim != 4:
         raise ConfigError(f"pgd: expects a batch (B, C, H, W), got shape {tuple(x.shape)}")
     if generators is not None and len(generators) != x.shape[0]:
         raise ConfigError(f"pgd: {len(generators)} generators for a batch of {x.shape[0]} images")
+    return _pgd(model, x, targets, norm, eps, steps, step_size, random_start, generators)
 
+
+def _check_pgd(where: str, norm: str, eps: float, steps: int) -> None:
+    """The one check of PGD's parameters (a ConfigError naming ``where`` and the fix)."""
+    if norm not in NORMS:
+        raise ConfigError(f"{where}: norm {norm!r} is not one of {', '.join(NORMS)}")
+    if not eps >= 0 or not math.isfinite(eps):
+        raise ConfigError(f"{where}: eps must be a finite number >= 0, got {eps!r}")
+    if int(steps) != steps or steps < 0:
+        raise ConfigError(f"{where}: steps must be an integer >= 0, got {steps!r}")
+
+
+def _pgd(model: Any, x: Any, targets: Any, norm: str, eps: float, steps: int, step_size: float | None,
+         random_start: bool, generators: Sequence[Any] | None) -> Any:
+    """:func:`pgd` on checked arguments."""
+    import torch
+    import torch.nn.functional as F
+
+    step = 2.5 * eps / steps if step_size is None and steps else float(step_size or 0.0)
     with torch.inference_mode(False), torch.enable_grad():
         x0 = x.detach().clone()
         y = torch.as_tensor(targets).clone().to(device=x0.device, dtype=torch.long)
@@ -158,15 +168,13 @@ def pgd_shift(name: str, norm: str, eps: float, steps: int = PUBLISHED_STEPS, st
     (and step) are multiplied by ``H / 224`` as in the published testbed. Image ``i`` of a
     batch starts from ``image_generator(seed, name, indices[i])``.
     """
-    if norm not in NORMS:
-        raise ConfigError(f"shift {name!r}: norm {norm!r} is not one of {', '.join(NORMS)}")
+    _check_pgd(f"shift {name!r}", norm, eps, steps)
 
-    def fn(x: Any, indices: Any, seed: int, *, model: Any, targets: Any) -> Any:
+    def fn(x: Any, indices: Any, seed: int, *, model: Any, targets: Any) -> Any:  # x checked by Shift
         scale = x.shape[-2] / L2_REFERENCE_SIZE if norm == "l2" and scale_l2_with_size else 1.0
         gens = [image_generator(seed, name, int(i)) for i in indices] if random_start else None
-        return pgd(model, x, targets, norm, eps * scale, steps=steps,
-                   step_size=None if step_size is None else step_size * scale,
-                   random_start=random_start, generators=gens)
+        return _pgd(model, x, targets, norm, eps * scale, steps, None if step_size is None else step_size * scale,
+                    random_start, gens)
 
     return Shift(name, None, fn, random=random_start, needs_model=True)
 

@@ -1,649 +1,75 @@
-"""Object compositing in the style of SI-SCORE: one factor of variation at a time.
+"""Object compositing on pixels: cut an object to its alpha, scale it to a share of the image
+area, rotate it and paste it onto a background (SI-SCORE, Djolonga et al. 2021, "On Robustness
+and Transferability of Convolutional Neural Networks", §4).
 
-SI-SCORE (Djolonga et al. 2021, "On Robustness and Transferability of Convolutional Neural
-Networks", §4) pastes segmented foreground objects onto background photographs while
-controlling the object's **size** (fraction of the image area), **location** (the object's
-centre on a grid) and **rotation** (e.g. 18 angles), and reports accuracy per factor value.
-:class:`CompositeDataset` is that construction for objects and backgrounds you bring: example
-``i`` is one element of the cross product ::
+Pure functions of PIL images. The composite *dataset* built from them (foregrounds x
+backgrounds x sizes x locations x rotations, spec files, the dataset ``composite``) is
+:mod:`shiftbench.datasets.composite`; the study that evaluates a model on it and reports
+accuracy per factor is :mod:`shiftbench.studies.compositing`.
 
-    foregrounds x backgrounds x sizes x locations x rotations
+Composition of one image of side ``s`` (:func:`paste_object`):
 
-(foreground slowest, rotation fastest), composed lazily in :meth:`CompositeDataset.load` and
-labelled with the foreground's class id. Hold a factor fixed by giving one value (SI-SCORE's
-three sub-datasets are three such products). Composition of one example:
-
-1. the background is resized (shorter side) and centre-cropped to ``image_size`` squared;
-2. the foreground is cut to the bounding box of its alpha (an RGBA image, or an RGB image
-   and a mask used as alpha) and scaled so its *object area* (the sum of alpha) is
-   ``size * image_size**2`` (rotation does not change it);
-3. it is rotated by ``rotation`` degrees counter-clockwise about its centre (bicubic, the
-   canvas grows to hold it), and alpha-composited with its centre at
-   ``(x * image_size, y * image_size)``; parts outside the image are cut off.
-
-The model's own preprocessing then applies (a centre crop can cut objects near the border;
-evaluate with ``crop_pct = 1`` preprocessing to see the whole canvas). :func:`factor_accuracy`
-gives accuracy per factor value and :func:`location_heatmap` SI-SCORE's location map: accuracy
-at each location divided by the 95th percentile over locations.
-
-Evaluate with the runner through a setting (:func:`composite_setting`): either a
-:class:`CompositeDataset` object or a JSON/YAML spec file (:func:`composite_from_spec`, the
-dataset ``composite`` with ``path=<spec>`` once :func:`register_composite_dataset` has run)::
-
-    ds = composite_dataset(foregrounds, backgrounds, sizes=(0.1, 0.2), locations=location_grid(5))
-    res = shiftbench.evaluate(model, composite_setting(ds), store=store)
-    preds = Store(store).read_predictions(res.key[0])
-    factor_accuracy(preds, ds)["size"], location_heatmap(preds, ds)
+1. the foreground is cut to the bounding box of its alpha (:func:`cut_to_alpha`, which also
+   returns the *object area*, the sum of alpha / 255);
+2. it is scaled so its object area is ``size * s**2`` (rotation does not change it);
+3. it is rotated by ``rotation`` degrees counter-clockwise about its centre (bicubic, the canvas
+   grows to hold it), and alpha-composited with its centre at ``(x * s, y * s)``; parts outside
+   the image are cut off.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Any
 
 import numpy as np
-import pandas as pd
 from PIL import Image, ImageOps
 
-from shiftbench.datasets.base import MAX_PIXELS, ImageDataset, ImageDecodeError, decode_image
-from shiftbench.datasets.registry import register_dataset
-from shiftbench.errors import ConfigError, DataError
-
-ImageLike = str | Path | Image.Image | np.ndarray
-FACTORS = ("size", "location", "rotation", "foreground", "background")
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".bmp", ".tif", ".tiff", ".gif")
-_CACHE_SIZE = 64
+__all__ = ["fit_background", "cut_to_alpha", "object_size", "paste_object"]
 
 
-@dataclass(frozen=True)
-class Foreground:
-    """A segmented object: an RGBA image, or an RGB image and a ``mask`` (used as alpha, 0-255)."""
-
-    image: Any
-    class_id: int
-    mask: Any = None
-    name: str | None = None
+def fit_background(image: Image.Image, image_size: int) -> Image.Image:
+    """``image`` resized (shorter side) and centre-cropped to ``image_size`` squared (bicubic)."""
+    return ImageOps.fit(image, (image_size, image_size), Image.Resampling.BICUBIC)
 
 
-def location_grid(n: int, margin: float = 0.1) -> tuple[tuple[float, float], ...]:
-    """An ``n x n`` grid of object centres ``(x, y)`` in ``[margin, 1 - margin]`` (row-major in y).
+def cut_to_alpha(rgba: Image.Image) -> tuple[Image.Image, float] | None:
+    """``rgba`` cropped to the bounding box of its alpha, and its object area (sum of alpha / 255);
+    ``None`` when the alpha is empty (fully transparent: no object).
 
-    >>> location_grid(2, margin=0.25)
-    ((0.25, 0.25), (0.75, 0.25), (0.25, 0.75), (0.75, 0.75))
+    >>> im = Image.new("RGBA", (10, 10), (0, 0, 0, 0))
+    >>> im.paste((255, 0, 0, 255), (2, 3, 6, 5))
+    >>> obj, area = cut_to_alpha(im)
+    >>> obj.size, area
+    ((4, 2), 8.0)
     """
-    if n < 1 or not 0 <= margin < 0.5:
-        raise ConfigError(f"location_grid: need n >= 1 and 0 <= margin < 0.5, got n={n!r}, margin={margin!r}")
-    ticks = [0.5] if n == 1 else [round(float(v), 6) for v in np.linspace(margin, 1 - margin, n)]
-    return tuple((x, y) for y in ticks for x in ticks)
+    box = rgba.getchannel("A").getbbox()
+    if box is None:
+        return None
+    rgba = rgba.crop(box)
+    return rgba, float(np.asarray(rgba.getchannel("A"), dtype=np.float64).sum() / 255.0)
 
 
-def rotation_angles(n: int = 18) -> tuple[float, ...]:
-    """``n`` evenly spaced angles in degrees from 0 (SI-SCORE uses 18: 0, 20, ..., 340).
+def object_size(obj: Image.Image, area: float, size: float, image_size: int) -> tuple[int, int]:
+    """Width and height of ``obj`` (object area ``area``) scaled so its area is
+    ``size * image_size**2``: both sides times ``sqrt(size * image_size**2 / area)``, at least 1.
 
-    >>> rotation_angles(4)
-    (0.0, 90.0, 180.0, 270.0)
+    >>> object_size(Image.new("RGBA", (4, 2)), 8.0, 0.02, 40)
+    (8, 4)
     """
-    if n < 1:
-        raise ConfigError(f"rotation_angles: n must be >= 1, got {n!r}")
-    return tuple(round(360.0 * k / n, 6) for k in range(n))
+    scale = math.sqrt(size * image_size * image_size / area)
+    return max(1, round(obj.width * scale)), max(1, round(obj.height * scale))
 
 
-# ---------------------------------------------------------------------------- the dataset
-@dataclass
-class CompositeDataset(ImageDataset):
-    """Foregrounds pasted onto backgrounds (module docstring); build with :func:`composite_dataset`.
-
-    ``flat[i]`` is example ``i``'s position in the full cross product (so :meth:`subset` keeps
-    working); :attr:`factors` is the per-example factor table.
+def paste_object(background: Image.Image, obj: Image.Image, *, width: int, height: int,
+                 location: tuple[float, float], rotation: float = 0.0) -> Image.Image:
+    """``obj`` (RGBA, cut to its alpha) resized to ``width x height`` (Lanczos), rotated by
+    ``rotation`` degrees counter-clockwise (bicubic, expanding) and alpha-composited onto the
+    square ``background`` with its centre at ``location`` (fractions of the side); an RGB image.
     """
-
-    foregrounds: list[Foreground] = field(default_factory=list)
-    foreground_names: list[str] = field(default_factory=list)
-    backgrounds: list[Any] = field(default_factory=list)
-    background_names: list[str] = field(default_factory=list)
-    sizes: tuple[float, ...] = (0.2,)
-    locations: tuple[tuple[float, float], ...] = ((0.5, 0.5),)
-    rotations: tuple[float, ...] = (0.0,)
-    image_size: int = 224
-    flat: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    _cache: dict = field(default_factory=dict, repr=False, compare=False)
-
-    @property
-    def shape(self) -> tuple[int, int, int, int, int]:
-        """``(foregrounds, backgrounds, sizes, locations, rotations)``: the cross product's axes."""
-        return (len(self.foregrounds), len(self.backgrounds), len(self.sizes), len(self.locations),
-                len(self.rotations))
-
-    def factor_indices(self, i: int) -> tuple[int, int, int, int, int]:
-        return tuple(int(v) for v in np.unravel_index(int(self.flat[i]), self.shape))  # type: ignore[return-value]
-
-    @property
-    def factors(self) -> pd.DataFrame:
-        """One row per example: ``id, foreground, background, class_id, size, x, y, rotation``."""
-        f, b, s, l, r = np.unravel_index(self.flat, self.shape) if len(self.flat) else [np.zeros(0, int)] * 5
-        loc = np.asarray(self.locations, dtype=float).reshape(-1, 2)
-        return pd.DataFrame({
-            "id": self.ids,
-            "foreground": np.asarray(self.foreground_names, dtype=object)[f],
-            "background": np.asarray(self.background_names, dtype=object)[b],
-            "class_id": np.asarray([fg.class_id for fg in self.foregrounds], dtype=np.int64)[f],
-            "size": np.asarray(self.sizes, dtype=float)[s],
-            "x": loc[l, 0], "y": loc[l, 1],
-            "rotation": np.asarray(self.rotations, dtype=float)[r],
-        })
-
-    def load(self, i: int) -> Image.Image:
-        f, b, s, l, r = self.factor_indices(i)
-        canvas = self._background(b)
-        obj, area = self._foreground(f)
-        side = self.image_size
-        scale = math.sqrt(self.sizes[s] * side * side / area)
-        w, h = max(1, round(obj.width * scale)), max(1, round(obj.height * scale))
-        if w * h > MAX_PIXELS:
-            raise ImageDecodeError(self.ids[i], f"foreground scaled to {w}x{h} pixels; use a larger object "
-                                                "in the source image or a smaller size")
-        obj = obj.resize((w, h), Image.Resampling.LANCZOS)
-        if self.rotations[r] % 360:
-            obj = obj.rotate(self.rotations[r], resample=Image.Resampling.BICUBIC, expand=True)
-        x, y = self.locations[l]
-        layer = Image.new("RGBA", (side, side), (0, 0, 0, 0))
-        layer.paste(obj, (round(x * side - obj.width / 2), round(y * side - obj.height / 2)))
-        return Image.alpha_composite(canvas.convert("RGBA"), layer).convert("RGB")
-
-    # -- cached decoding (per process; DataLoader workers each hold their own)
-    def _cached(self, key: tuple[str, int], make: Any) -> Any:
-        if key not in self._cache:
-            if len(self._cache) >= _CACHE_SIZE:
-                self._cache.pop(next(iter(self._cache)))
-            self._cache[key] = make()
-        return self._cache[key]
-
-    def _background(self, b: int) -> Image.Image:
-        def make() -> Image.Image:
-            img = _open(self.backgrounds[b], f"background {self.background_names[b]}", "RGB")
-            return ImageOps.fit(img, (self.image_size, self.image_size), Image.Resampling.BICUBIC)
-        return self._cached(("bg", b), make)
-
-    def _foreground(self, f: int) -> tuple[Image.Image, float]:
-        def make() -> tuple[Image.Image, float]:
-            fg, what = self.foregrounds[f], f"foreground {self.foreground_names[f]}"
-            if fg.mask is None:
-                rgba = _open(fg.image, what, "RGBA")
-            else:
-                rgb = _open(fg.image, what, "RGB")
-                mask = _open(fg.mask, f"{what} (mask)", "L")
-                if mask.size != rgb.size:
-                    raise ImageDecodeError(what, f"mask is {mask.width}x{mask.height} but the image is "
-                                                 f"{rgb.width}x{rgb.height}")
-                rgba = rgb.convert("RGBA")
-                rgba.putalpha(mask)
-            box = rgba.getchannel("A").getbbox()
-            if box is None:
-                raise ImageDecodeError(what, "its alpha/mask is empty (fully transparent): no object to paste")
-            rgba = rgba.crop(box)
-            area = float(np.asarray(rgba.getchannel("A"), dtype=np.float64).sum() / 255.0)
-            return rgba, area
-        return self._cached(("fg", f), make)
-
-    def _replace_examples(self, idx: list[int], **fields: object) -> ImageDataset:
-        return replace(self, flat=self.flat[idx], **fields)
-
-
-def _open(source: Any, what: str, mode: str) -> Image.Image:
-    """A PIL image in ``mode`` from a path, a PIL image or a uint8 array; ImageDecodeError if not."""
-    if isinstance(source, Image.Image):
-        img = source
-    elif isinstance(source, np.ndarray):
-        try:
-            img = Image.fromarray(np.ascontiguousarray(source))
-        except Exception as exc:  # noqa: BLE001
-            raise ImageDecodeError(what, f"cannot convert array of shape {source.shape} ({exc})") from exc
-    elif mode == "RGB":
-        return decode_image(Path(source), what)
-    else:
-        path = Path(source)
-        try:
-            with Image.open(path) as raw:
-                if raw.width * raw.height > MAX_PIXELS:
-                    raise ImageDecodeError(what, f"{raw.width}x{raw.height} exceeds {MAX_PIXELS:,} pixels")
-                raw.load()
-                img = ImageOps.exif_transpose(raw)
-                img = img.copy() if img is raw else img
-        except ImageDecodeError:
-            raise
-        except FileNotFoundError as exc:
-            raise ImageDecodeError(what, f"file not found: {path}") from exc
-        except Exception as exc:  # noqa: BLE001 - PIL raises many types on malformed files
-            raise ImageDecodeError(what, f"cannot decode {path} ({type(exc).__name__}: {exc})") from exc
-    if mode == "RGBA" and img.mode not in ("RGBA", "LA", "PA") and "transparency" not in img.info:
-        raise ImageDecodeError(what, f"image has no alpha channel (mode {img.mode}); give an RGBA image or a mask")
-    return img.convert(mode) if img.mode != mode else img
-
-
-# ---------------------------------------------------------------------------- construction
-def _name_of(source: Any, default: str) -> str:
-    if isinstance(source, str | Path):
-        return Path(source).stem
-    return default
-
-
-def _unique(names: list[str]) -> list[str]:
-    clean = [n.replace("/", "_").replace("|", "_") or "x" for n in names]
-    seen: dict[str, int] = {}
-    out = []
-    for n in clean:
-        k = seen.get(n, 0)
-        seen[n] = k + 1
-        out.append(n if k == 0 and clean.count(n) == 1 else f"{n}#{k}")
-    return out
-
-
-def _as_foreground(item: Any, i: int) -> Foreground:
-    if isinstance(item, Foreground):
-        fg = item
-    elif isinstance(item, Mapping):
-        unknown = set(item) - {"image", "mask", "class_id", "name"}
-        if unknown or "image" not in item or "class_id" not in item:
-            raise ConfigError(f"foreground {i}: needs keys image and class_id (optional: mask, name), "
-                              f"got {sorted(item)}")
-        fg = Foreground(item["image"], item["class_id"], item.get("mask"), item.get("name"))
-    elif isinstance(item, tuple | list) and len(item) in (2, 3):
-        fg = Foreground(item[0], item[-1], item[1] if len(item) == 3 else None)
-    else:
-        raise ConfigError(f"foreground {i}: give a Foreground, (image, class_id) or (image, mask, class_id), "
-                          f"got {type(item).__name__}")
-    if isinstance(fg.class_id, bool) or not isinstance(fg.class_id, int | np.integer) or fg.class_id < 0:
-        raise ConfigError(f"foreground {i}: class_id must be a non-negative integer, got {fg.class_id!r}")
-    for src in (fg.image, fg.mask):
-        if isinstance(src, str | Path) and not Path(src).is_file():
-            raise DataError(f"foreground {i}: no such file {src}")
-    return replace(fg, class_id=int(fg.class_id))
-
-
-def _as_backgrounds(backgrounds: Any) -> list[Any]:
-    if isinstance(backgrounds, str | Path):
-        folder = Path(backgrounds)
-        if not folder.is_dir():
-            raise DataError(f"backgrounds: {folder} is not a folder of images")
-        found = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
-        if not found:
-            raise DataError(f"backgrounds: no images ({', '.join(IMAGE_SUFFIXES)}) in {folder}")
-        return list(found)
-    out = list(backgrounds)
-    for i, src in enumerate(out):
-        if isinstance(src, str | Path) and not Path(src).is_file():
-            raise DataError(f"background {i}: no such file {src}")
-    return out
-
-
-def _check_factors(sizes: Sequence[float], locations: Sequence[Sequence[float]], rotations: Sequence[float],
-                   image_size: int) -> tuple[tuple[float, ...], tuple[tuple[float, float], ...], tuple[float, ...]]:
-    sizes = tuple(float(s) for s in sizes)
-    if not sizes or any(not 0 < s <= 1 for s in sizes):
-        raise ConfigError(f"sizes are fractions of the image area in (0, 1], got {sizes!r}")
-    try:
-        locs = tuple((float(x), float(y)) for x, y in locations)
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"locations are (x, y) pairs in [0, 1], got {locations!r}") from exc
-    if not locs or any(not (0 <= x <= 1 and 0 <= y <= 1) for x, y in locs):
-        raise ConfigError(f"locations are (x, y) pairs in [0, 1], got {locs!r}")
-    rots = tuple(float(r) for r in rotations)
-    if not rots or any(not math.isfinite(r) for r in rots):
-        raise ConfigError(f"rotations are angles in degrees, got {rots!r}")
-    for name, values in (("sizes", sizes), ("locations", locs), ("rotations", rots)):
-        if len(set(values)) != len(values):
-            raise ConfigError(f"{name} has repeated values: {values!r}")
-    if int(image_size) != image_size or image_size < 8:
-        raise ConfigError(f"image_size must be an integer >= 8, got {image_size!r}")
-    return sizes, locs, rots
-
-
-def composite_dataset(
-    foregrounds: Iterable[Foreground | tuple | Mapping[str, Any]],
-    backgrounds: Iterable[ImageLike] | str | Path,
-    *,
-    sizes: Sequence[float] = (0.2,),
-    locations: Sequence[Sequence[float]] = ((0.5, 0.5),),
-    rotations: Sequence[float] = (0.0,),
-    image_size: int = 224,
-    num_classes: int = 1000,
-    label_space: str | None = None,
-    class_names: list[str] | None = None,
-    name: str | None = None,
-) -> CompositeDataset:
-    """The lazy cross product of foregrounds, backgrounds and factor values (module docstring).
-
-    Parameters
-    ----------
-    foregrounds:
-        :class:`Foreground` objects, ``(rgba_image, class_id)`` or ``(image, mask, class_id)``
-        tuples, or dicts with ``image``, ``class_id`` and optional ``mask``, ``name``; images are
-        file paths, PIL images or uint8 arrays.
-    backgrounds:
-        Images (paths, PIL images, arrays) or a folder of image files.
-    sizes, locations, rotations:
-        Object area as a fraction of the image area, object centres ``(x, y)`` as fractions of
-        width and height (:func:`location_grid`), angles in degrees (:func:`rotation_angles`).
-    num_classes, label_space:
-        The label space of the class ids (default ImageNet-1k: ``imagenet-1k``, 1000 classes;
-        otherwise ``<n>-classes``).
-
-    Example ids: ``fg=<foreground>/bg=<background>/size=0.2/loc=0.5,0.5/rot=0``; names are file
-    stems (or ``fg<i>`` / ``bg<i>``) made unique.
-    """
-    fgs = [_as_foreground(item, i) for i, item in enumerate(foregrounds)]
-    bgs = _as_backgrounds(backgrounds)
-    if not fgs or not bgs:
-        raise ConfigError(f"composite_dataset: needs at least one foreground and one background "
-                          f"(got {len(fgs)} and {len(bgs)})")
-    sizes_t, locs, rots = _check_factors(sizes, locations, rotations, image_size)
-    if num_classes < 1 or max(fg.class_id for fg in fgs) >= num_classes:
-        raise ConfigError(f"composite_dataset: class ids must be below num_classes={num_classes} "
-                          f"(largest is {max(fg.class_id for fg in fgs)})")
-    fg_names = _unique([fg.name or _name_of(fg.image, f"fg{i}") for i, fg in enumerate(fgs)])
-    bg_names = _unique([_name_of(b, f"bg{i}") for i, b in enumerate(bgs)])
-    shape = (len(fgs), len(bgs), len(sizes_t), len(locs), len(rots))
-    flat = np.arange(math.prod(shape), dtype=np.int64)
-    f, b, s, l, r = np.unravel_index(flat, shape)
-    ids = [f"fg={fg_names[fi]}/bg={bg_names[bi]}/size={sizes_t[si]:g}/loc={locs[li][0]:g},{locs[li][1]:g}"
-           f"/rot={rots[ri]:g}" for fi, bi, si, li, ri in zip(f, b, s, l, r)]
-    targets = [fgs[fi].class_id for fi in f]
-    config = {"fg": [(n, fg.class_id) for n, fg in zip(fg_names, fgs)], "bg": bg_names, "sizes": sizes_t,
-              "locations": locs, "rotations": rots, "image_size": int(image_size)}
-    name = name or "composite-" + hashlib.sha256(json.dumps(config).encode()).hexdigest()[:10]
-    space = label_space or ("imagenet-1k" if num_classes == 1000 else f"{num_classes}-classes")
-    return CompositeDataset(name=name, ids=ids, targets=targets, label_space=space, num_classes=int(num_classes),
-                            class_names=class_names, foregrounds=fgs, foreground_names=fg_names, backgrounds=bgs,
-                            background_names=bg_names, sizes=sizes_t, locations=locs, rotations=rots,
-                            image_size=int(image_size), flat=flat)
-
-
-# ---------------------------------------------------------------------------- spec files
-def _read_spec(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise DataError(f"composite spec {path}: no such file")
-    text = path.read_text()
-    if path.suffix.lower() in (".yaml", ".yml"):
-        try:
-            import yaml
-        except ImportError as exc:
-            raise ConfigError(f"composite spec {path}: reading YAML needs pyyaml (pip install pyyaml), "
-                              "or write the spec as JSON") from exc
-        try:
-            spec = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise DataError(f"composite spec {path}: invalid YAML ({exc})") from exc
-    else:
-        try:
-            spec = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise DataError(f"composite spec {path}: invalid JSON ({exc})") from exc
-    if not isinstance(spec, dict):
-        raise DataError(f"composite spec {path}: expected a mapping at the top level")
-    return spec
-
-
-SPEC_KEYS = {"name", "foregrounds", "backgrounds", "sizes", "locations", "rotations", "image_size", "num_classes",
-             "label_space", "class_names"}
-
-
-def composite_from_spec(path: str | Path) -> CompositeDataset:
-    """A :class:`CompositeDataset` from a JSON (or YAML) spec file; paths are relative to its folder::
-
-        {"foregrounds": [{"image": "fg/cup.png", "class_id": 968},
-                         {"image": "fg/dog.jpg", "mask": "fg/dog_mask.png", "class_id": 207}],
-         "backgrounds": "bg/",                       (a folder, or a list of files)
-         "sizes": [0.1, 0.2, 0.4],
-         "locations": {"grid": 5, "margin": 0.1},    (or a list of [x, y])
-         "rotations": {"count": 18},                 (or a list of angles)
-         "image_size": 224, "num_classes": 1000, "label_space": "imagenet-1k", "name": "my-si-score"}
-    """
-    path = Path(path)
-    spec = _read_spec(path)
-    unknown = set(spec) - SPEC_KEYS
-    if unknown:
-        raise ConfigError(f"composite spec {path}: unknown keys {sorted(unknown)} (valid: {sorted(SPEC_KEYS)})")
-    for key in ("foregrounds", "backgrounds"):
-        if key not in spec:
-            raise ConfigError(f"composite spec {path}: missing {key!r}")
-    base = path.parent
-    rel = lambda p: p if p is None else base / p  # noqa: E731
-    fgs = []
-    for i, item in enumerate(spec["foregrounds"]):
-        if not isinstance(item, Mapping):
-            raise ConfigError(f"composite spec {path}: foreground {i} must be a mapping with image and class_id")
-        fgs.append({**item, "image": rel(item.get("image")), "mask": rel(item.get("mask"))})
-    bgs = spec["backgrounds"]
-    bgs = base / bgs if isinstance(bgs, str) else [base / b for b in bgs]
-    locations = spec.get("locations", [[0.5, 0.5]])
-    if isinstance(locations, Mapping):
-        locations = location_grid(int(locations.get("grid", 1)), float(locations.get("margin", 0.1)))
-    rotations = spec.get("rotations", [0.0])
-    if isinstance(rotations, Mapping):
-        rotations = rotation_angles(int(rotations.get("count", 18)))
-    return composite_dataset(fgs, bgs, sizes=spec.get("sizes", [0.2]), locations=locations, rotations=rotations,
-                             image_size=spec.get("image_size", 224), num_classes=spec.get("num_classes", 1000),
-                             label_space=spec.get("label_space"), class_names=spec.get("class_names"),
-                             name=spec.get("name"))
-
-
-SPEC_LAYOUT = "a JSON/YAML spec listing foregrounds, backgrounds, sizes, locations, rotations"
-
-
-def register_composite_dataset() -> None:
-    """Register :func:`composite_from_spec` as the dataset ``composite`` (``path=<spec>``); idempotent.
-
-    Done on first use by :func:`composite_setting` rather than on import, so importing this
-    module leaves the dataset registry as it is.
-    """
-    from shiftbench.datasets.registry import DATASETS
-
-    if "composite" not in DATASETS:
-        register_dataset("composite", default_dir=None, label_space="from the spec", layout=SPEC_LAYOUT)(
-            composite_from_spec)
-
-
-def composite_setting(source: CompositeDataset | str | Path) -> str:
-    """Register an evaluation setting over a composite dataset and return its name.
-
-    ``source`` is a spec file (the setting ``composite:<path>``, built by the dataset
-    ``composite``, registered on first use; the path is resolved against ``data_root`` like
-    ``folder:`` paths) or a :class:`CompositeDataset` (the setting ``composite:<dataset name>``,
-    its dataset held in this process's registry, so not for the Ray executor). Pass the name to
-    :func:`shiftbench.evaluate`; the per-example rows are then in the store under the result's
-    ``key``. Scored over all ``num_classes`` classes (top-1 / top-5).
-    """
-    from shiftbench.datasets.registry import DATASETS, DatasetEntry
-    from shiftbench.settings import Setting, register_setting
-
-    def full_view(_: str) -> Any:
-        from shiftbench.views import FullView
-
-        return FullView()
-
-    if isinstance(source, CompositeDataset):
-        name = f"composite:{source.name}"
-        DATASETS[name] = DatasetEntry(name, None, lambda **_: source, "a CompositeDataset held in memory",
-                                      source.label_space)
-        setting = Setting(name, name, full_view, f"composite dataset {source.name} ({len(source)} examples)",
-                          dataset_args=(("path", "."),))
-    elif isinstance(source, str | Path):
-        register_composite_dataset()
-        name = f"composite:{source}"
-        setting = Setting(name, "composite", full_view, f"composite dataset from the spec {source}",
-                          dataset_args=(("path", str(source)),))
-    else:
-        raise ConfigError("composite_setting: give a CompositeDataset or a spec file path, "
-                          f"got {type(source).__name__}")
-    register_setting(setting)
-    return name
-
-
-# ---------------------------------------------------------------------------- analysis
-def _correct_column(correct: Any, dataset: CompositeDataset) -> pd.DataFrame:
-    """The factor table with a ``correct`` column; unscored (skipped) examples dropped."""
-    table = dataset.factors
-    if isinstance(correct, pd.DataFrame):
-        if "id" not in correct or "correct" not in correct:
-            raise DataError("per-example results need columns 'id' and 'correct' (Store.read_predictions rows)")
-        rows = correct if "status" not in correct else correct[correct["status"] == "ok"]
-        pos = pd.Series(np.arange(len(table)), index=table["id"])
-        missing = ~rows["id"].isin(pos.index)
-        if missing.any():
-            raise DataError(f"{int(missing.sum())} result ids are not examples of {dataset.name!r} "
-                            f"(first: {rows['id'][missing].iloc[0]!r}); pass the dataset that was evaluated")
-        values = np.full(len(table), np.nan)
-        values[pos[rows["id"]].to_numpy()] = rows["correct"].astype(float).to_numpy()
-    else:
-        values = np.asarray(correct, dtype=float).reshape(-1)
-        if len(values) != len(table):
-            raise DataError(f"{len(values)} correctness values for {len(table)} examples of {dataset.name!r}")
-    return table.assign(correct=values).dropna(subset=["correct"])
-
-
-def factor_accuracy(correct: Any, dataset: CompositeDataset) -> dict[str, pd.DataFrame]:
-    """Accuracy (percent) and example count per value of each factor.
-
-    ``correct`` is a boolean per example in dataset order, or per-example rows with ``id`` and
-    ``correct`` columns (``Store.read_predictions``; rows with ``status != "ok"`` are ignored).
-    Returns ``{"size": [size, accuracy, n], "location": [x, y, accuracy, n], "rotation": [...],
-    "foreground": [...], "background": [...]}``, each sorted by factor value.
-    """
-    table = _correct_column(correct, dataset)
-    keys = {"size": ["size"], "location": ["x", "y"], "rotation": ["rotation"], "foreground": ["foreground"],
-            "background": ["background"]}
-    out = {}
-    for factor, cols in keys.items():
-        g = table.groupby(cols, sort=True)["correct"]
-        out[factor] = pd.DataFrame({"accuracy": 100 * g.mean(), "n": g.size()}).reset_index()
-    return out
-
-
-def location_heatmap(correct: Any, dataset: CompositeDataset, percentile: float = 95.0) -> pd.DataFrame:
-    """SI-SCORE's location map: accuracy at each object centre divided by its 95th percentile.
-
-    A 2-D table with rows = ``y`` and columns = ``x`` (both ascending; ``.to_numpy()`` for the
-    array); a value of 1 is as good as the 95th-percentile location, values above 1 are
-    possible, locations absent from the dataset are NaN. Over all other factors. If the
-    percentile is 0 (nothing correct anywhere) the map is the raw accuracies (all 0).
-    """
-    if not 0 < percentile <= 100:
-        raise ConfigError(f"location_heatmap: percentile must be in (0, 100], got {percentile!r}")
-    acc = factor_accuracy(correct, dataset)["location"]
-    grid = acc.pivot(index="y", columns="x", values="accuracy").sort_index().sort_index(axis=1) / 100
-    ref = float(np.nanpercentile(acc["accuracy"] / 100, percentile)) if len(acc) else float("nan")
-    return grid / ref if ref > 0 else grid
-
-
-# ---------------------------------------------------------------------------- stored study
-STUDY_KIND = "compositing"
-#: Columns of a stored compositing study (one row per factor value; see :func:`compositing_study`).
-STUDY_COLUMNS = ["model", "spec", "dataset", "setting", "factor", "value", "label", "x", "y", "accuracy", "n",
-                 "normalised"]
-
-
-def compositing_study(
-    model: Any,
-    spec: CompositeDataset | str | Path,
-    *,
-    data_root: str | Path = ".",
-    store: Any = None,
-    percentile: float = 95.0,
-    **evaluate_kwargs: Any,
-) -> pd.DataFrame:
-    """Evaluate ``model`` on a composite dataset and store its per-factor accuracies as a study.
-
-    ``spec`` is a JSON/YAML spec file (the setting ``composite:<spec>``, resolved against
-    ``data_root`` like ``folder:`` paths) or a :class:`CompositeDataset`. The model runs through
-    :func:`shiftbench.evaluate` (so an interrupted study resumes at the engine's first
-    unfinished chunk and a finished one is not recomputed); the per-example rows are read back
-    from the store (``Store.read_predictions``) and reduced with :func:`factor_accuracy` and
-    :func:`location_heatmap` (SI-SCORE, Djolonga et al. 2021, §4: accuracy per object size,
-    location and rotation; the location map divided by its ``percentile``-th percentile).
-
-    Returns the long-form table written to the store as the study ``compositing`` /
-    ``<model>__<dataset name>`` (replacing an earlier one): one row per factor value with
-    ``model, spec, dataset, setting, factor`` (``size``, ``rotation``, ``location``,
-    ``foreground``, ``background``), ``value`` (size or angle), ``label`` (the value as text:
-    ``0.2``, ``90``, ``0.5,0.1``, a foreground name), ``x, y`` (locations), ``accuracy``
-    (percent), ``n`` (examples) and ``normalised`` (the location map's value). ``.attrs``
-    holds ``accuracy``, ``n_examples``, ``key`` and ``study``. ``evaluate_kwargs`` go to
-    :func:`shiftbench.evaluate` (``batch_size``, ``limit``, ``device``, ``progress``, ...).
-    """
-    from shiftbench.datasets.registry import load_dataset
-    from shiftbench.engine.runner import evaluate
-    from shiftbench.shifts.resolution import study_name
-    from shiftbench.store.store import DEFAULT_STORE, Store
-
-    if not 0 < percentile <= 100:
-        raise ConfigError(f"compositing_study: percentile must be in (0, 100], got {percentile!r}")
-    setting = composite_setting(spec)
-    # the spec is read (and checked) before the model is loaded
-    dataset = spec if isinstance(spec, CompositeDataset) else load_dataset("composite", data_root, path=spec)
-    target = store if isinstance(store, Store) else Store(store or DEFAULT_STORE)
-    evaluate_kwargs.setdefault("progress", False)
-    result = evaluate(model, setting, data_root=data_root, store=target, **evaluate_kwargs)
-    row = result.iloc[0]
-    preds = target.read_predictions(row["key"])
-    factors = factor_accuracy(preds, dataset)
-    heat = location_heatmap(preds, dataset, percentile)
-    frame = _study_frame(factors, heat)
-    spec_text = dataset.name if isinstance(spec, CompositeDataset) else str(spec)
-    frame.insert(0, "setting", setting)
-    frame.insert(0, "dataset", dataset.name)
-    frame.insert(0, "spec", spec_text)
-    frame.insert(0, "model", str(row["model"]))
-    frame = frame[STUDY_COLUMNS]
-    name = study_name(str(row["model"]), dataset.name)
-    meta = {"model": str(row["model"]), "spec": spec_text, "dataset": dataset.name, "setting": setting,
-            "key": row["key"], "accuracy": float(row["accuracy"]), "n_examples": int(row["n_examples"]),
-            "n_skipped": int(row["n_skipped"]), "percentile": float(percentile), "shape": list(dataset.shape),
-            "limit": evaluate_kwargs.get("limit")}
-    target.write_study(STUDY_KIND, name, frame, meta)
-    frame.attrs.update(accuracy=float(row["accuracy"]), n_examples=int(row["n_examples"]), key=row["key"],
-                       study=name)
-    return frame
-
-
-def _study_frame(factors: Mapping[str, pd.DataFrame], heat: pd.DataFrame) -> pd.DataFrame:
-    """The long-form rows of :func:`compositing_study` from :func:`factor_accuracy` and the map."""
-    parts = []
-    for factor in ("size", "rotation"):
-        t = factors[factor]
-        parts.append(pd.DataFrame({"factor": factor, "value": t[factor].astype(float),
-                                   "label": [f"{v:g}" for v in t[factor]], "accuracy": t["accuracy"], "n": t["n"]}))
-    loc = factors["location"]
-    normalised = heat.rename_axis(index="y", columns=None).reset_index().melt(
-        id_vars="y", var_name="x", value_name="normalised")
-    normalised["x"] = normalised["x"].astype(float)
-    loc = loc.merge(normalised, on=["x", "y"], how="left")
-    parts.append(pd.DataFrame({"factor": "location", "label": [f"{x:g},{y:g}" for x, y in zip(loc["x"], loc["y"])],
-                               "x": loc["x"], "y": loc["y"], "accuracy": loc["accuracy"], "n": loc["n"],
-                               "normalised": loc["normalised"]}))
-    for factor in ("foreground", "background"):
-        t = factors[factor]
-        parts.append(pd.DataFrame({"factor": factor, "label": t[factor].astype(str), "accuracy": t["accuracy"],
-                                   "n": t["n"]}))
-    frame = pd.concat(parts, ignore_index=True)
-    for col in ("value", "x", "y", "normalised"):
-        frame[col] = frame[col].astype(float) if col in frame else np.nan
-    frame["n"] = frame["n"].astype(np.int64)
-    return frame
-
-
-def heatmap_from_study(frame: pd.DataFrame, column: str = "normalised") -> pd.DataFrame:
-    """The location map (rows ``y``, columns ``x``, ascending) of one stored compositing study.
-
-    ``column`` is ``normalised`` (accuracy over its 95th percentile, as stored) or ``accuracy``.
-    """
-    if column not in ("normalised", "accuracy"):
-        raise ConfigError(f"heatmap_from_study: column must be 'normalised' or 'accuracy', got {column!r}")
-    loc = frame[frame["factor"] == "location"]
-    if not {"x", "y", column} <= set(loc.columns) or loc.empty:
-        raise DataError("heatmap_from_study: no location rows; pass one study's table from compositing_study "
-                        "or Store.read_study('compositing', name)")
-    return loc.pivot(index="y", columns="x", values=column).sort_index().sort_index(axis=1)
+    side = background.width
+    obj = obj.resize((width, height), Image.Resampling.LANCZOS)
+    if rotation % 360:
+        obj = obj.rotate(rotation, resample=Image.Resampling.BICUBIC, expand=True)
+    x, y = location
+    layer = Image.new("RGBA", (side, side), (0, 0, 0, 0))
+    layer.paste(obj, (round(x * side - obj.width / 2), round(y * side - obj.height / 2)))
+    return Image.alpha_composite(background.convert("RGBA"), layer).convert("RGB")

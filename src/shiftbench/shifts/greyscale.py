@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from shiftbench.errors import ConfigError
 from shiftbench.shifts.base import Shift, register_shift
 
 #: ITU-R BT.601 luma weights for R, G, B
@@ -17,17 +16,13 @@ LUMA_601 = (0.299, 0.587, 0.114)
 
 
 def greyscale(x: Any) -> Any:
-    """``(B, 3, H, W)`` -> ``(B, 3, H, W)`` with every channel ``0.299 R + 0.587 G + 0.114 B``."""
-    if not x.is_floating_point():
-        raise ConfigError(f"shift greyscale: expects float pixels in [0, 1], got dtype {x.dtype} "
-                          "(divide uint8 images by 255 first)")
+    """``(B, 3, H, W)`` float -> ``(B, 3, H, W)`` with every channel ``0.299 R + 0.587 G + 0.114 B``
+    (the ``greyscale`` shift checks its batches: :meth:`~shiftbench.shifts.Shift.check_input`)."""
     y = LUMA_601[0] * x[:, 0:1] + LUMA_601[1] * x[:, 1:2] + LUMA_601[2] * x[:, 2:3]
     return y.clamp(0, 1).expand(-1, 3, -1, -1).contiguous()
 
 
 @register_shift("greyscale", severities=None,
                 description="greyscale: ITU-R BT.601 luma replicated on 3 channels (published testbed setting)")
-def _greyscale(severity: int | None = None) -> Shift:
-    if severity is not None:
-        raise ConfigError(f"shift 'greyscale' has no severities; got severity {severity!r} (leave it out)")
+def _greyscale(_severity: None = None) -> Shift:
     return Shift("greyscale", None, lambda x, indices, seed: greyscale(x), random=False)

@@ -163,13 +163,19 @@ def noise2net(x: Any, generators: Sequence[Any], *, eps_range: tuple[float, floa
     >>> y.shape, bool(y.min() >= 0), bool(y.max() <= 1)
     (torch.Size([2, 3, 32, 32]), True, True)
     """
-    import torch
-
     _check(eps_range, hidden_planes, scale, blocks)
     if x.ndim != 4 or x.shape[1] != 3:
         raise ConfigError(f"noise2net: expects a (B, 3, H, W) batch, got {tuple(x.shape)}")
     if len(generators) != x.shape[0]:
         raise ConfigError(f"noise2net: {len(generators)} generators for a batch of {x.shape[0]} images")
+    return _apply_noise2net(x, generators, eps_range, hidden_planes, scale, blocks, mean, std, chunk_size)
+
+
+def _apply_noise2net(x: Any, generators: Sequence[Any], eps_range: tuple[float, float], hidden_planes: int, scale: int,
+               blocks: int, mean: Sequence[float], std: Sequence[float], chunk_size: int) -> Any:
+    """:func:`noise2net` on checked arguments (the shift's and the module's inner call)."""
+    import torch
+
     m = torch.tensor([float(v) for v in mean], device=x.device, dtype=x.dtype).view(1, 3, 1, 1)
     s = torch.tensor([float(v) for v in std], device=x.device, dtype=x.dtype).view(1, 3, 1, 1)
     outs = []
@@ -199,10 +205,9 @@ def noise2net_shift(name: str = "noise2net", eps_range: tuple[float, float] = EP
     """The evaluation :class:`Shift`: image ``i`` uses ``image_generator(seed, name, indices[i])``."""
     _check(eps_range, hidden_planes, SCALE, BLOCKS)
 
-    def fn(x: Any, indices: Any, seed: int) -> Any:
+    def fn(x: Any, indices: Any, seed: int) -> Any:   # x and indices checked by Shift.__call__
         gens = [image_generator(seed, name, int(i)) for i in indices]
-        return noise2net(x, gens, eps_range=eps_range, hidden_planes=hidden_planes, mean=mean, std=std,
-                         chunk_size=chunk_size)
+        return _apply_noise2net(x, gens, eps_range, hidden_planes, SCALE, BLOCKS, mean, std, chunk_size)
 
     return Shift(name, None, fn, random=True)
 

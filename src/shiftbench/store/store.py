@@ -23,14 +23,11 @@ lock); every later connection is read-only, so any number of runs can share a st
 """
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
-import tempfile
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +36,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from shiftbench.errors import StoreError
+from shiftbench.store.files import atomic_write as _atomic_write_bytes
+from shiftbench.store.files import atomic_write_with, file_lock
+
+#: Deprecated alias of :func:`shiftbench.store.files.atomic_write_with` (``atomic_write(path, writer)``),
+#: kept for callers not yet switched to ``shiftbench.store.files``.
+atomic_write = atomic_write_with
 
 DEFAULT_STORE = "shiftbench-results"
 DB_NAME = "shiftbench.duckdb"
@@ -51,39 +54,8 @@ def digest(obj: Any, n: int = 16) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:n]
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write(path: Path, write: Any) -> None:
-    """Write ``path`` via ``write(tmp_path)`` to a temporary sibling, fsync, and atomically rename;
-    a crash leaves at most an ignored ``*.tmp`` file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _atomic_write_parquet(path: Path, table: pa.Table) -> None:
-    atomic_write(path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
+    atomic_write_with(path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
 
 
 class Store:
@@ -240,15 +212,8 @@ class Store:
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
     # ------------------------------------------------------------------ DuckDB
-    @contextmanager
-    def _lock(self) -> Iterable[None]:
-        self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / ".lock", "w") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
+    def _lock(self):  # -> filelock.FileLock
+        return file_lock(self.root / ".lock")
 
     def connect(self):  # -> duckdb.DuckDBPyConnection
         """A read-only DuckDB connection with views ``predictions``, ``results`` and ``runs``.

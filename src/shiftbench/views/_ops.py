@@ -163,6 +163,15 @@ def columns(pred: np.ndarray, top: np.ndarray, targets: np.ndarray, confidence: 
     }
 
 
+def score_columns(scores: np.ndarray, targets: np.ndarray) -> dict[str, np.ndarray]:
+    """The columns of a classifier that predicts ``argmax scores``: ``top5`` by score, probabilities
+    from ``softmax(scores)`` (``targets`` in the scores' label space)."""
+    top = top5(scores)
+    pred = top[:, 0]
+    p = softmax(scores)
+    return columns(pred, top, targets, gather(p, pred), gather(p, targets[:, 0]), sq_sum(p))
+
+
 class Projection:
     """A many-to-one map from source ids (e.g. ImageNet classes) to ``n_target`` target classes.
 

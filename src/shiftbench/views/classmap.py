@@ -32,8 +32,7 @@ import numpy as np
 
 from shiftbench.errors import ConfigError, DataError, closest, did_you_mean
 from shiftbench.views import _ops
-from shiftbench.views._keyed import KeyedView
-from shiftbench.views.base import Target
+from shiftbench.views._keyed import ProjectedView
 
 CLASSMAP_DIR = Path(__file__).parent.parent / "data" / "classmaps"
 
@@ -44,7 +43,7 @@ SHIPPED_CLASS_MAPS = {"imagenet-to-cifar10": "imagenet_to_cifar10.csv"}
 _SHOW = 5
 
 
-class ClassMapView(KeyedView):
+class ClassMapView(ProjectedView):
     """Scores in a target label space pooled from the model's logits by a many-to-many class map.
 
     Max-logit pooling: target class ``t`` scores ``s_t = max_{c in S(t)} z_c`` over the source
@@ -111,7 +110,7 @@ class ClassMapView(KeyedView):
                               f"{', '.join(shown)}{more}; map at least one source class to each")
         for a in (src, tgt, starts):
             a.flags.writeable = False
-        self._set(name=str(name), convention="classmap-max", num_source=n_s, num_target=n_t,
+        self._set(name=str(name), convention="classmap-max", num_source=n_s, num_target=n_t, _n_out=n_t,
                   target_names=names, _src=src, _tgt=tgt, _starts=starts)
 
     @property
@@ -134,14 +133,6 @@ class ClassMapView(KeyedView):
     def _summary(self) -> str:
         return f"n_pairs={self._src.size}, num_source={self.num_source}, num_target={self.num_target}"
 
-    def _targets(self, targets: Sequence[Target], n: int | None = None) -> np.ndarray:
-        t = _ops.as_targets(targets, n, self.name)
-        return np.where(t < self.num_target, t, _ops.NO_LABEL)
-
-    def keep(self, targets: Sequence[Target]) -> np.ndarray:
-        """Examples with (any) target in the target label space."""
-        return (self._targets(targets) >= 0).any(axis=1)
-
     def scores(self, logits: Any) -> np.ndarray:
         """Pooled target scores ``s[:, t] = max(logits[:, S(t)])``, shape ``(B, num_target)``."""
         x = _ops.as_logits(logits, self.name)
@@ -149,14 +140,6 @@ class ClassMapView(KeyedView):
             raise DataError(f"view {self.name!r}: the class map is over {self.num_source} source classes but "
                             f"the logits have {x.shape[1]}; use the model the map was built for")
         return np.maximum.reduceat(x[:, self._src], self._starts, axis=1)
-
-    def apply(self, logits: Any, targets: Sequence[Target]) -> dict[str, np.ndarray]:
-        s = self.scores(logits)
-        t = self._targets(targets, len(s))
-        top = _ops.top5(s)
-        pred = top[:, 0]
-        p = _ops.softmax(s)
-        return _ops.columns(pred, top, t, _ops.gather(p, pred), _ops.gather(p, t[:, 0]), _ops.sq_sum(p))
 
     @classmethod
     def from_file(cls, path: str | Path, source_classes: Sequence[str] | int, target_classes: Sequence[str] | int,

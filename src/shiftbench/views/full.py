@@ -29,8 +29,4 @@ class FullView(View):
 
     def apply(self, logits: np.ndarray, targets: Sequence[Target]) -> dict[str, np.ndarray]:
         x = _ops.as_logits(logits, self.name)
-        t = _ops.as_targets(targets, len(x), self.name)
-        top = _ops.top5(x)
-        pred = top[:, 0]
-        p = _ops.softmax(x)
-        return _ops.columns(pred, top, t, _ops.gather(p, pred), _ops.gather(p, t[:, 0]), _ops.sq_sum(p))
+        return _ops.score_columns(x, _ops.as_targets(targets, len(x), self.name))

@@ -6,11 +6,11 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from shiftbench.views import _ops
-from shiftbench.views._keyed import KeyedView
+from shiftbench.views._keyed import ProjectedView
 from shiftbench.views.base import Target
 
 
-class MappedView(KeyedView):
+class MappedView(ProjectedView):
     """Predictions in a target label space reached by a many-to-one map from the model's classes.
 
     ObjectNet (Barbu et al. 2019; the protocol of Taori et al. 2020): 125 ImageNet classes map
@@ -54,6 +54,7 @@ class MappedView(KeyedView):
                  targets_in_source_space: bool = False):
         proj = _ops.Projection(source_to_target, num_target, f"view {name!r}")
         self._set(name=str(name), convention=_ops.check_convention(convention), num_target=proj.n_target,
+                  _n_out=proj.n_target,
                   targets_in_source_space=bool(targets_in_source_space),
                   target_names=_ops.label_names(target_names, proj.n_target, f"view {name!r}"), _proj=proj)
 
@@ -72,15 +73,10 @@ class MappedView(KeyedView):
     def _summary(self) -> str:
         return f"n_source={self._proj.src.size}, num_target={self.num_target}"
 
-    def _targets(self, targets: Sequence[Target], n: int | None = None) -> np.ndarray:
-        t = _ops.as_targets(targets, n, self.name)
-        if self.targets_in_source_space:
-            return _ops.lookup(self._proj.lut, t)
-        return np.where(t < self.num_target, t, _ops.NO_LABEL)
-
-    def keep(self, targets: Sequence[Target]) -> np.ndarray:
-        """Examples with (any) target in the view's target space (after mapping, if asked)."""
-        return (self._targets(targets) >= 0).any(axis=1)
+    def scores(self, logits: np.ndarray) -> np.ndarray:
+        """``(B, num_target)`` max-pooled member logits (the restricted argmax's scores)."""
+        x = _ops.as_logits(logits, self.name, min_classes=int(self._proj.lut.size))
+        return self._proj.reduce(x[:, self._proj.src], np.maximum, -np.inf)
 
     def apply(self, logits: np.ndarray, targets: Sequence[Target]) -> dict[str, np.ndarray]:
         proj = self._proj

@@ -60,10 +60,7 @@ class SubsetView(KeyedView):
         x = _ops.as_logits(logits, self.name, min_classes=int(self.class_ids[-1]) + 1)
         t = _ops.as_targets(targets, len(x), self.name)
         if self.convention == "argmax-all":
-            top = _ops.top5(x)
-            pred = top[:, 0]
-            p = _ops.softmax(x)
-            return _ops.columns(pred, top, t, _ops.gather(p, pred), _ops.gather(p, t[:, 0]), _ops.sq_sum(p))
+            return _ops.score_columns(x, t)
         sub = x[:, self.class_ids]
         top_local = _ops.top5(sub)
         p = _ops.softmax(sub)

@@ -7,13 +7,12 @@ import numpy as np
 
 from shiftbench.errors import ConfigError
 from shiftbench.views import _ops
-from shiftbench.views._keyed import KeyedView
-from shiftbench.views.base import Target
+from shiftbench.views._keyed import ProjectedView
 
 MERGES = ("max", "mean", "sum")
 
 
-class SuperclassView(KeyedView):
+class SuperclassView(ProjectedView):
     """Project the model's logits onto superclasses: score = max over member logits.
 
     The protocol of Shankar et al. 2021 ("Do image classifiers generalize across time?") as
@@ -51,7 +50,8 @@ class SuperclassView(KeyedView):
         if merge not in MERGES:
             raise ConfigError(f"unknown merge {merge!r} for view {name!r}; use one of {', '.join(map(repr, MERGES))}")
         proj = _ops.Projection(source_to_super, num_super, f"view {name!r}")
-        self._set(name=str(name), convention=f"superclass-{merge}", num_super=proj.n_target, merge=merge,
+        self._set(name=str(name), convention=f"superclass-{merge}", num_super=proj.n_target, _n_out=proj.n_target,
+                  merge=merge,
                   targets_in_source_space=bool(targets_in_source_space),
                   target_names=_ops.label_names(target_names, proj.n_target, f"view {name!r}"), _proj=proj)
 
@@ -65,16 +65,6 @@ class SuperclassView(KeyedView):
     def _summary(self) -> str:
         return f"n_source={self._proj.src.size}, num_super={self.num_super}"
 
-    def _targets(self, targets: Sequence[Target], n: int | None = None) -> np.ndarray:
-        t = _ops.as_targets(targets, n, self.name)
-        if self.targets_in_source_space:
-            return _ops.lookup(self._proj.lut, t)
-        return np.where(t < self.num_super, t, _ops.NO_LABEL)
-
-    def keep(self, targets: Sequence[Target]) -> np.ndarray:
-        """Examples with (any) target in the superclass space (after mapping, if asked)."""
-        return (self._targets(targets) >= 0).any(axis=1)
-
     def scores(self, logits: np.ndarray) -> np.ndarray:
         """``(B, num_super)`` superclass scores (``-inf`` for superclasses without members)."""
         proj = self._proj
@@ -86,11 +76,3 @@ class SuperclassView(KeyedView):
         if self.merge == "mean":
             s[:, proj.present] /= proj.counts.astype(s.dtype)
         return s
-
-    def apply(self, logits: np.ndarray, targets: Sequence[Target]) -> dict[str, np.ndarray]:
-        s = self.scores(logits)
-        t = self._targets(targets, len(s))
-        top = _ops.top5(s)
-        pred = top[:, 0]
-        p = _ops.softmax(s)
-        return _ops.columns(pred, top, t, _ops.gather(p, pred), _ops.gather(p, t[:, 0]), _ops.sq_sum(p))

@@ -32,38 +32,53 @@ from collections.abc import Sequence
 from typing import Any
 
 from shiftbench.errors import ConfigError
-from shiftbench.shifts.base import image_generator
+from shiftbench.shifts.base import Shift, image_generator
 
 #: scale_to_size: parameters in pixels are calibrated for this image side (ImageNet-C)
 REFERENCE_SIZE = 224
 
 
 def param(table: Sequence[Any], name: str, severity: int) -> Any:
-    """``table[severity - 1]``, or a ConfigError naming the valid severities."""
+    """``table[severity - 1]``, or a ConfigError naming the valid severities (the check of the public
+    corruption functions, e.g. ``gaussian_noise(x, 7, gens)``; shifts from :func:`get_shift` arrive
+    with a checked severity)."""
     if isinstance(severity, bool) or not isinstance(severity, int) or not 1 <= severity <= len(table):
         raise ConfigError(f"shift {name!r}: severity {severity!r} is not one of "
                           f"{', '.join(str(s) for s in range(1, len(table) + 1))}")
     return table[severity - 1]
 
 
-def working(x: Any, shift_id: str) -> Any:
+def working(x: Any, shift_id: str = "") -> Any:
     """``x`` as a contiguous float32 tensor (float64 stays float64; float16/bfloat16 are computed in
-    float32 and the shifts cast the result back); integer batches are a ConfigError."""
+    float32 and the shifts cast the result back). ``x`` holds float pixels: :class:`Shift` checked it."""
     import torch
 
-    if not torch.is_tensor(x):
-        raise ConfigError(f"shift {shift_id}: expects a torch tensor, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise ConfigError(f"shift {shift_id}: expects float pixels in [0, 1], got dtype {x.dtype} "
-                          "(divide uint8 images by 255 first)")
     return (x if x.dtype in (torch.float32, torch.float64) else x.float()).contiguous()
 
 
-def check_pixels(x: Any, shift_id: str) -> None:
-    """Float pixels in [0, 1] are expected; integer images are a ConfigError (divide by 255)."""
-    if not x.is_floating_point():
-        raise ConfigError(f"shift {shift_id}: expects float pixels in [0, 1], got dtype {x.dtype} "
-                          "(divide uint8 images by 255 first)")
+def corruption_shift(name: str, severity: int, fn: Any, *, random: bool, per_image: bool = False,
+                     chunk: int | None = 1, shift_name: str | None = None, **kwargs: Any) -> Shift:
+    """The one factory shape of the corruptions: a :class:`Shift` running
+    ``fn(x, severity[, generators], **kwargs)`` (``generators``: one per image, for ``random``
+    corruptions; see the module docstring).
+
+    ``per_image``: ``fn`` runs on pieces of ``chunk`` images in parallel (:func:`map_images`) on
+    the batch as given; otherwise on the whole batch as float32 (:func:`working`), cast back.
+    ``shift_name`` names the shift (default ``name``), e.g. ``gaussian_blur-scaled``. The
+    severity and the batch are checked at the boundary (:func:`~shiftbench.shifts.get_shift`,
+    :meth:`Shift.check_input`), not here.
+    """
+    full = shift_name or name
+    shift_id = f"{full}.{severity}"
+
+    def apply(x: Any, indices: Any, seed: int) -> Any:
+        xw = x if per_image else working(x)
+        gens = (generators(xw, indices, seed, shift_id),) if random else ()
+        if per_image:
+            return map_images(lambda xi, *g: fn(xi, severity, *g, **kwargs), xw, *gens, chunk=chunk)
+        return fn(xw, severity, *gens, **kwargs).to(x.dtype)
+
+    return Shift(full, severity, apply, random=random)
 
 
 def to_uint8(x: Any) -> Any:
@@ -74,11 +89,9 @@ def to_uint8(x: Any) -> Any:
 
 
 def generators(x: Any, indices: Any, seed: int, shift_id: str) -> list[Any]:
-    """One CPU ``torch.Generator`` per image of ``x`` (see the module docstring)."""
-    idx = [int(i) for i in indices]
-    if len(idx) != x.shape[0]:
-        raise ConfigError(f"shift {shift_id}: got {len(idx)} dataset indices for a batch of {x.shape[0]} images")
-    return [image_generator(seed, shift_id, i) for i in idx]
+    """One CPU ``torch.Generator`` per image of ``x`` (see the module docstring); ``indices`` has
+    one entry per image (:class:`Shift` checked it)."""
+    return [image_generator(seed, shift_id, int(i)) for i in indices]
 
 
 def random_bits(gens: Sequence[Any], n: int) -> Any:

@@ -64,8 +64,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from shiftbench.shifts.base import Shift, register_shift
-from shiftbench.shifts.corruptions._common import (clip01, filter_matrix, for_each_image, gaussian_filter,
-                                                   generators, pad2d, param, random_bits, scale_factor, working)
+from shiftbench.shifts.corruptions._common import (clip01, corruption_shift, filter_matrix, for_each_image,
+                                                   gaussian_filter, pad2d, param, random_bits, scale_factor)
 
 GAUSSIAN_BLUR = (1, 2, 3, 4, 6)
 DEFOCUS_BLUR = ((3, 0.1), (4, 0.5), (6, 0.5), (8, 0.5), (10, 0.5))
@@ -126,16 +126,19 @@ def disk_kernel(radius: float, alias_blur: float) -> Any:
 
 
 def _fast_size(n: int) -> int:
-    """The least m >= n whose prime factors are 2, 3 and 5 (fast FFT lengths)."""
-    m = n
-    while True:
-        k = m
-        for p in (2, 3, 5):
-            while k % p == 0:
-                k //= p
-        if k == 1:
-            return m
-        m += 1
+    """The least m >= n whose prime factors are 2, 3 and 5 (fast FFT lengths):
+    ``scipy.fft.next_fast_len(n, real=True)``.
+
+    ``real=True`` on both axes, although :func:`correlate2d`'s ``rfft2`` is real only along the
+    last axis: scipy's complex lengths (``real=False``) are 11-smooth, tuned to scipy's pocketfft,
+    while the transform here is torch's (MKL/pocketfft on CPU, cuFFT on CUDA), and a different
+    padded size changes the float rounding of the result. The 5-smooth length on both axes keeps
+    every output bit-identical to the hand-written search this replaced (checked equal for
+    n < 20000).
+    """
+    from scipy.fft import next_fast_len
+
+    return next_fast_len(n, real=True)
 
 
 @functools.lru_cache(maxsize=64)
@@ -385,18 +388,9 @@ _TABLES = {"gaussian_blur": GAUSSIAN_BLUR, "defocus_blur": DEFOCUS_BLUR, "motion
 
 
 def _shift(name: str, severity: int, fn: Any, random: bool, scale_to_size: bool = False) -> Shift:
-    param(_TABLES[name], name, severity)
-    full = f"{name}-scaled" if scale_to_size else name
-    shift_id = f"{full}.{severity}"
     kwargs = {"scale_to_size": True} if scale_to_size else {}
-    if random:
-        def apply(x: Any, indices: Any, seed: int) -> Any:
-            xw = working(x, shift_id)
-            return fn(xw, severity, generators(xw, indices, seed, shift_id), **kwargs).to(x.dtype)
-    else:
-        def apply(x: Any, indices: Any, seed: int) -> Any:
-            return fn(working(x, shift_id), severity, **kwargs).to(x.dtype)
-    return Shift(full, severity, apply, random=random)
+    return corruption_shift(name, severity, fn, random=random,
+                            shift_name=f"{name}-scaled" if scale_to_size else None, **kwargs)
 
 
 @register_shift("gaussian_blur", description="ImageNet-C gaussian blur (extra): sigma = 1 ... 6 px")

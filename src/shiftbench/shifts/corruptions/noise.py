@@ -49,8 +49,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from shiftbench.shifts.base import Shift, register_shift
-from shiftbench.shifts.corruptions._common import (CHUNK, clip01, for_each_image, generators, param, random_bits,
-                                                   working)
+from shiftbench.shifts.corruptions._common import (CHUNK, clip01, corruption_shift, for_each_image, param,
+                                                   random_bits)
 
 GAUSSIAN_NOISE = (0.08, 0.12, 0.18, 0.26, 0.38)
 SHOT_NOISE = (60, 25, 12, 5, 3)
@@ -389,14 +389,7 @@ def _shot_noise_general(lam: Any, c: float, gen: Any, device: Any) -> Any:
 # ---------------------------------------------------------------- registry
 
 def _random_shift(name: str, table: Sequence[Any], fn: Any, severity: int) -> Shift:
-    param(table, name, severity)
-    shift_id = f"{name}.{severity}"
-
-    def apply(x: Any, indices: Any, seed: int) -> Any:
-        xw = working(x, shift_id)
-        return fn(xw, severity, generators(xw, indices, seed, shift_id)).to(x.dtype)
-
-    return Shift(name, severity, apply, random=True)
+    return corruption_shift(name, severity, fn, random=True)
 
 
 @register_shift("gaussian_noise", description="ImageNet-C gaussian noise: x + N(0, c^2), c = 0.08 ... 0.38")

@@ -81,7 +81,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from shiftbench.shifts.base import Shift, register_shift
-from shiftbench.shifts.corruptions._common import check_pixels, gaussian_filter, generators, map_images, pad2d, param
+from shiftbench.shifts.corruptions._common import corruption_shift, gaussian_filter, map_images, pad2d, param
 from shiftbench.shifts.greyscale import LUMA_601
 
 SNOW = ((0.1, 0.3, 3, 0.5, 10, 4, 0.8),
@@ -552,15 +552,7 @@ _CHUNK = {"fog": None, "spatter": 4, "frost": None}
 
 
 def _random_shift(name: str, table: Sequence[Any], fn: Any, severity: int) -> Shift:
-    param(table, name, severity)
-    shift_id = f"{name}.{severity}"
-
-    def apply(x: Any, indices: Any, seed: int) -> Any:
-        check_pixels(x, shift_id)
-        return map_images(lambda xi, gens: fn(xi, severity, gens), x, generators(x, indices, seed, shift_id),
-                          chunk=_CHUNK.get(name, 1))
-
-    return Shift(name, severity, apply, random=True)
+    return corruption_shift(name, severity, fn, random=True, per_image=True, chunk=_CHUNK.get(name, 1))
 
 
 @register_shift("snow", description="ImageNet-C snow: zoomed, thresholded, motion-blurred snow layer")

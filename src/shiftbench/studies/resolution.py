@@ -20,7 +20,9 @@ preprocessing), so the store keeps the points apart and a finished point is not 
 Networks with global pooling take any resolution; models with a fixed input size (e.g. many
 ViTs) fail at the others, and those rows carry the error instead of a number.
 
-The sweep is also kept as a study in the results store (``Store.read_study("resolution",
+The sweep is a study (:mod:`shiftbench.studies`): :class:`ResolutionConfig` describes it,
+:class:`ResolutionStudy` runs it (``run_study(config, store)``), and :func:`resolution_sweep`
+is the one-call form. It is kept in the results store (``Store.read_study("resolution",
 "<model>__<setting>")``, one row per resolution, replaced by a re-run), which the report's
 "Resolution sweeps" section draws. An interrupted sweep resumes: finished resolutions are
 finished keys of the engine and are not recomputed.
@@ -28,31 +30,22 @@ finished keys of the engine and are not recomputed.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from shiftbench.errors import ConfigError, ShiftbenchError
+from shiftbench.store.store import Store
+from shiftbench.studies.base import Study, StudyResult, as_store, register_study, study_name
 
 RESOLUTIONS = (64, 128, 224, 288, 320, 384, 512, 768)
 COLUMNS = ["model", "resolution", "input_size", "resize", "crop_pct", "accuracy", "top5", "n_examples", "best"]
 #: Columns after :data:`COLUMNS` in every sweep (and its stored study).
 STUDY_COLUMNS = ["error", "base_model", "setting", "native_resolution", "adjust_resize_ratio"]
 STUDY_KIND = "resolution"
-
-
-def study_name(*parts: str) -> str:
-    """A store study name from ``parts`` joined by ``__`` (characters outside ``[A-Za-z0-9._+@=-]``
-    become ``_``, no leading dot).
-
-    >>> study_name("timm/resnet50.a1_in1k", "folder:/data/x")
-    'timm_resnet50.a1_in1k__folder_data_x'
-    """
-    clean = [re.sub(r"[^A-Za-z0-9._+@=-]+", "_", str(p)).strip("_") for p in parts]
-    return "__".join(clean).lstrip(".") or "study"
 
 
 def resolution_preprocessing(base: Any, resolution: int, adjust_resize_ratio: bool = True) -> Any:
@@ -81,6 +74,86 @@ def resolution_preprocessing(base: Any, resolution: int, adjust_resize_ratio: bo
     if square and r == base.input_size:
         square = {}                  # the model's own (possibly non-square) input at its own resolution
     return dataclasses.replace(base, input_size=r, resize=resize, **square)
+
+
+@dataclass(frozen=True)
+class ResolutionConfig:
+    """One resolution sweep: ``model`` (a spec or a loaded model) on one ``setting`` at each of
+    ``resolutions``; ``load_kwargs`` go to :func:`shiftbench.models.load_model`,
+    ``evaluate_kwargs`` to :func:`shiftbench.evaluate` (see :func:`resolution_sweep`)."""
+
+    model: Any
+    setting: str
+    resolutions: Sequence[int] = RESOLUTIONS
+    data_root: str | Path = "."
+    adjust_resize_ratio: bool = True
+    load_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    evaluate_kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
+@register_study
+class ResolutionStudy(Study):
+    """Accuracy against test resolution (Touvron et al. 2019); the report section ``resolution``."""
+
+    kind, config_type, section = STUDY_KIND, ResolutionConfig, "resolution"
+    description = "a model's accuracy at each test resolution (FixRes)"
+
+    def run(self, config: ResolutionConfig, store: str | Path | Store | None = None) -> StudyResult:
+        from shiftbench.engine.runner import evaluate
+        from shiftbench.models import LoadedModel, load_model
+
+        model, setting, resolutions = config.model, config.setting, config.resolutions
+        adjust = bool(config.adjust_resize_ratio)
+        res = [int(r) for r in resolutions]
+        if not res or any(r < 1 or r != q for r, q in zip(res, resolutions)):
+            raise ConfigError(f"resolutions must be positive integers, got {tuple(resolutions)!r}")
+        if len(set(res)) != len(res):
+            raise ConfigError(f"resolutions has repeated values: {tuple(resolutions)!r}")
+        if not isinstance(setting, str):
+            raise ConfigError("resolution_sweep takes one setting name; loop over settings for several")
+        if model is None or not isinstance(model, str | LoadedModel):
+            raise ConfigError(f"model must be a spec string or a LoadedModel, got {type(model).__name__}")
+        base = model if isinstance(model, LoadedModel) else load_model(model, **dict(config.load_kwargs or {}))
+        evaluate_kwargs = {"progress": False, **dict(config.evaluate_kwargs)}
+        target = as_store(store)
+        rows = []
+        native = int(base.preprocessing.input_size)
+        for r in res:
+            pre = resolution_preprocessing(base.preprocessing, r, adjust)
+            variant = dataclasses.replace(base, name=f"{base.name}@res{r}", preprocessing=pre,
+                                          metadata={**base.metadata, "test_resolution": r})
+            row: dict[str, Any] = {"model": variant.name, "resolution": r, "input_size": pre.input_size,
+                                   "resize": pre.resize, "crop_pct": pre.crop_pct, "error": None,
+                                   "base_model": base.name, "setting": setting, "native_resolution": native,
+                                   "adjust_resize_ratio": adjust}
+            try:
+                out = evaluate(variant, setting, data_root=config.data_root, store=target, **evaluate_kwargs)
+                row.update(out.iloc[0][["accuracy", "top5", "n_examples"]].to_dict())
+            except ShiftbenchError:
+                raise
+            except (RuntimeError, AssertionError, ValueError) as exc:  # a network that cannot take this input size
+                row.update(accuracy=float("nan"), top5=float("nan"), n_examples=0,
+                           error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            rows.append(row)
+        frame = pd.DataFrame(rows)
+        frame["best"] = False
+        scored = frame["accuracy"].notna()
+        best_resolution = None
+        if scored.any():
+            best = frame.loc[scored].sort_values(["accuracy", "resolution"], ascending=[False, True]).index[0]
+            frame.loc[best, "best"] = True
+            best_resolution = int(frame.loc[best, "resolution"])
+        frame = frame[COLUMNS + STUDY_COLUMNS].copy()
+        name = study_name(base.name, setting)
+        meta = {"model": base.name, "setting": setting, "resolutions": res, "native_resolution": native,
+                "adjust_resize_ratio": adjust, "best_resolution": best_resolution,
+                "limit": evaluate_kwargs.get("limit"), "data_root": str(config.data_root)}
+        result = StudyResult(STUDY_KIND, name, frame, meta)
+        result.write(target)
+        if best_resolution is not None:
+            frame.attrs["best_resolution"] = best_resolution
+        frame.attrs["study"] = name
+        return result
 
 
 def resolution_sweep(
@@ -121,56 +194,7 @@ def resolution_sweep(
     store as the study ``resolution`` / ``<base model>__<setting>`` (replacing an earlier one;
     ``.attrs["study"]`` holds the name).
     """
-    from shiftbench.engine.runner import evaluate
-    from shiftbench.models import LoadedModel, load_model
-    from shiftbench.store.store import DEFAULT_STORE, Store
-
-    res = [int(r) for r in resolutions]
-    if not res or any(r < 1 or r != q for r, q in zip(res, resolutions)):
-        raise ConfigError(f"resolutions must be positive integers, got {tuple(resolutions)!r}")
-    if len(set(res)) != len(res):
-        raise ConfigError(f"resolutions has repeated values: {tuple(resolutions)!r}")
-    if not isinstance(setting, str):
-        raise ConfigError("resolution_sweep takes one setting name; loop over settings for several")
-    if model is None or not isinstance(model, str | LoadedModel):
-        raise ConfigError(f"model must be a spec string or a LoadedModel, got {type(model).__name__}")
-    base = model if isinstance(model, LoadedModel) else load_model(model, **dict(load_kwargs or {}))
-    evaluate_kwargs.setdefault("progress", False)
-    target = store if isinstance(store, Store) else Store(store or DEFAULT_STORE)
-    rows = []
-    native = int(base.preprocessing.input_size)
-    for r in res:
-        pre = resolution_preprocessing(base.preprocessing, r, adjust_resize_ratio)
-        variant = dataclasses.replace(base, name=f"{base.name}@res{r}", preprocessing=pre,
-                                      metadata={**base.metadata, "test_resolution": r})
-        row: dict[str, Any] = {"model": variant.name, "resolution": r, "input_size": pre.input_size,
-                               "resize": pre.resize, "crop_pct": pre.crop_pct, "error": None,
-                               "base_model": base.name, "setting": setting, "native_resolution": native,
-                               "adjust_resize_ratio": bool(adjust_resize_ratio)}
-        try:
-            out = evaluate(variant, setting, data_root=data_root, store=target, **evaluate_kwargs)
-            row.update(out.iloc[0][["accuracy", "top5", "n_examples"]].to_dict())
-        except ShiftbenchError:
-            raise
-        except (RuntimeError, AssertionError, ValueError) as exc:  # a network that cannot take this input size
-            row.update(accuracy=float("nan"), top5=float("nan"), n_examples=0,
-                       error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
-        rows.append(row)
-    frame = pd.DataFrame(rows)
-    frame["best"] = False
-    scored = frame["accuracy"].notna()
-    best_resolution = None
-    if scored.any():
-        best = frame.loc[scored].sort_values(["accuracy", "resolution"], ascending=[False, True]).index[0]
-        frame.loc[best, "best"] = True
-        best_resolution = int(frame.loc[best, "resolution"])
-    frame = frame[COLUMNS + STUDY_COLUMNS].copy()
-    name = study_name(base.name, setting)
-    meta = {"model": base.name, "setting": setting, "resolutions": res, "native_resolution": native,
-            "adjust_resize_ratio": bool(adjust_resize_ratio), "best_resolution": best_resolution,
-            "limit": evaluate_kwargs.get("limit"), "data_root": str(data_root)}
-    target.write_study(STUDY_KIND, name, frame, meta)
-    if best_resolution is not None:
-        frame.attrs["best_resolution"] = best_resolution
-    frame.attrs["study"] = name
-    return frame
+    config = ResolutionConfig(model, setting, resolutions, data_root=data_root,
+                              adjust_resize_ratio=adjust_resize_ratio, load_kwargs=dict(load_kwargs or {}),
+                              evaluate_kwargs=evaluate_kwargs)
+    return ResolutionStudy().run(config, store).frame

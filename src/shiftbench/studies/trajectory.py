@@ -21,14 +21,19 @@ gets the stored rows back without a forward pass, and appending resumes after it
 The model is evaluated in place, on its own device (or ``device``), under ``torch.inference_mode``
 in eval mode; its train/eval mode is restored afterwards. torch is imported only when a
 checkpoint is evaluated, so :meth:`Trajectory.load` and the analysis work without it.
+
+As a study (:mod:`shiftbench.studies`): :class:`TrajectoryConfig` holds the constructor's
+arguments and a list of :class:`Checkpoint` s; ``run_study(config, store)`` evaluates them
+(:class:`TrajectoryStudy`) and returns the stored trajectory as a
+:class:`~shiftbench.studies.base.StudyResult` (``value`` is the :class:`Trajectory`). The
+report's "Fine-tuning trajectories" section draws every stored one.
 """
 from __future__ import annotations
 
-import fcntl
 import numbers
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +43,60 @@ from shiftbench.analysis.trajectory import (
     TRAJECTORY_COLUMNS, check_trajectory, checkpoint_name, trajectory_accuracies, trajectory_effective_robustness)
 from shiftbench.errors import ConfigError, StoreError
 from shiftbench.models.base import LoadedModel, Preprocessing
+from shiftbench.store.files import file_lock
 from shiftbench.store.store import DEFAULT_STORE, Store
+from shiftbench.studies.base import Study, StudyResult, register_study
 
 KIND = "trajectory"
 #: Columns stored beside :data:`~shiftbench.analysis.trajectory.TRAJECTORY_COLUMNS`.
 EXTRA_COLUMNS = ["top5", "ece", "weights", "evaluated"]
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """One checkpoint of a training run: ``model`` (a ``torch.nn.Module`` or a
+    :class:`~shiftbench.models.base.LoadedModel`) at training step ``step`` (and ``epoch``)."""
+
+    model: Any
+    step: int
+    epoch: float | None = None
+
+
+@dataclass(frozen=True)
+class TrajectoryConfig:
+    """A fine-tuning trajectory: the arguments of :class:`Trajectory` and the ``checkpoints`` to
+    evaluate (``run_study(config, store)``; a training loop calls :meth:`Trajectory.evaluate`
+    per checkpoint instead)."""
+
+    name: str
+    settings: str | Sequence[str]
+    data_root: str | Path = "."
+    data_dirs: Mapping[str, str | Path] | None = None
+    id_setting: str | None = None
+    preprocessing: Preprocessing | None = None
+    model_type: str = "UNKNOWN"
+    tags: Iterable[str] = ()
+    batch_size: int = 256
+    limit: int | None = None
+    device: str | None = None
+    workers: int = 0
+    seed: int = 0
+    checkpoints: Sequence[Checkpoint] = field(default_factory=tuple)
+
+
+@register_study
+class TrajectoryStudy(Study):
+    """Checkpoints of a training run on ID and shifted settings (Andreassen et al. 2021); the
+    report section ``fine-tuning``."""
+
+    kind, config_type, section = KIND, TrajectoryConfig, "fine-tuning"
+    description = "accuracy of training checkpoints on in-distribution and shifted settings"
+
+    def run(self, config: TrajectoryConfig, store: str | Path | Store | None = None) -> StudyResult:
+        tracker = Trajectory.from_config(config, store)
+        for ck in config.checkpoints:
+            tracker.evaluate(ck.model, ck.step, ck.epoch)
+        return tracker.result()
 
 
 class Trajectory:
@@ -202,15 +256,30 @@ class Trajectory:
                 "model_type": self.model_type, "tags": list(self.tags), "limit": self.limit,
                 "reference": "Andreassen et al. 2021"}
 
-    @contextmanager
     def _locked(self):
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self._path.with_name(f".{self.name}.lock"), "w") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
+        """An inter-process lock around the read-modify-write of the stored table."""
+        return file_lock(self._path.with_name(f".{self.name}.lock"))
+
+    @property
+    def config(self) -> TrajectoryConfig:
+        """This trajectory's :class:`TrajectoryConfig` (without checkpoints)."""
+        return TrajectoryConfig(self.name, tuple(self.settings), data_root=self.data_root, data_dirs=self.data_dirs,
+                                id_setting=self.id_setting, preprocessing=self.preprocessing,
+                                model_type=self.model_type, tags=self.tags, batch_size=self.batch_size,
+                                limit=self.limit, device=self.device, workers=self.workers, seed=self.seed)
+
+    @classmethod
+    def from_config(cls, config: TrajectoryConfig, store: str | Path | Store | None = None) -> Trajectory:
+        """The trajectory of ``config`` in ``store`` (default ``shiftbench-results``)."""
+        return cls(config.name, config.settings, store=store if store is not None else DEFAULT_STORE,
+                   data_root=config.data_root, data_dirs=config.data_dirs, id_setting=config.id_setting,
+                   preprocessing=config.preprocessing, model_type=config.model_type, tags=config.tags,
+                   batch_size=config.batch_size, limit=config.limit, device=config.device, workers=config.workers,
+                   seed=config.seed)
+
+    def result(self) -> StudyResult:
+        """The stored trajectory as a :class:`~shiftbench.studies.base.StudyResult` (``value``: self)."""
+        return StudyResult(KIND, self.name, self.frame, self._meta(), value=self, path=self._path)
 
     def _loaded(self, model: Any, step: int) -> LoadedModel:
         """``model`` as a LoadedModel named ``<name>@step<step>``, fingerprinted by its weights."""
