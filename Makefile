@@ -50,6 +50,7 @@ test: $(STAMP) demo-data
 # side-by-side benchmarks (each prints its ratios; corruptions ~6 min, fidelity ~18 min)
 bench: $(STAMP)
 	$(BIN)/python bench/bootstrap.py
+	$(BIN)/python bench/trend_routines.py
 	$(BIN)/python bench/engine.py
 	$(BIN)/python bench/similarity.py
 	$(BIN)/python bench/corruptions.py --repeat 3 --cpu

@@ -165,7 +165,7 @@ def test_store_results_testbed_and_duckdb_agree(val, tmp_path, monkeypatch):
 
 def test_results_show_the_reference_difference(val, tmp_path, monkeypatch):
     from shiftbench.engine import evaluate
-    from shiftbench.engine.results import results_with_reference
+    from shiftbench.reference.results import results_with_reference
     from shiftbench.models import load_model
 
     monkeypatch.syspath_prepend(str(FIXTURES))

@@ -8,16 +8,27 @@ The analysis API needs only numpy, scipy and pandas:
 >>> round(fit.slope, 2)
 0.92
 """
+import importlib
+
 from shiftbench.analysis import (
-    Band, Correlation, PiecewiseTrendFit, TrendFit, accuracy_interval, bootstrap_band, clopper_pearson,
-    effective_robustness, fit_piecewise_trend, fit_trend, most_effectively_robust, relative_robustness,
-    robustness_correlation)
+    Band,
+    Correlation,
+    PiecewiseTrendFit,
+    TrendFit,
+    accuracy_interval,
+    bootstrap_band,
+    clopper_pearson,
+    effective_robustness,
+    fit_piecewise_trend,
+    fit_trend,
+    most_effectively_robust,
+    relative_robustness,
+    robustness_correlation,
+)
 from shiftbench.errors import ConfigError, DataError, ModelError, ShiftbenchError, ShiftError, StoreError
 from shiftbench.reference import list_testbeds, load_testbed
 from shiftbench.testbed import Testbed
-
-__version__ = "0.1.0"
-
+from shiftbench.version import __version__  # noqa: F401  (re-exported)
 
 #: Public names imported on first use (torch, pyarrow or scikit-learn stay unloaded until needed).
 _LAZY = {
@@ -41,7 +52,6 @@ _LAZY = {
 def __getattr__(name: str):
     """Names in ``_LAZY`` (``evaluate``, ``Trajectory``, ...) are imported when first used."""
     if name in _LAZY:
-        import importlib
 
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'shiftbench' has no attribute {name!r}")

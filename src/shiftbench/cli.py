@@ -7,32 +7,55 @@ as one line on stderr with a non-zero exit; ``--debug`` shows the traceback.
 from __future__ import annotations
 
 import fnmatch
+import importlib
 import json
-import math
+import pkgutil
 import sys
 import time
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table as _RichTable
 
+from shiftbench.analysis import effective_robustness, mce, most_effectively_robust
+from shiftbench.analysis.placement import fitted_on_note, place_models
 from shiftbench.cli_options import (  # noqa: F401  (re-exported: the commands' modules import them from here too)
-    DEFAULT_STORE, FitOnOpt, JsonOpt, ListTestbedOpt, LongOpt, ModelOpt, ModelsOpt, PatternArg, PivotOpt,
-    ResamplesOpt, ScaleOpt, StoreAddOpt, StoreOpt, TestbedOpt, XOpt, YOpt)
+    DEFAULT_STORE,
+    FitOnOpt,
+    JsonOpt,
+    ListTestbedOpt,
+    LongOpt,
+    ModelOpt,
+    ModelsOpt,
+    PatternArg,
+    PivotOpt,
+    ResamplesOpt,
+    ScaleOpt,
+    StoreAddOpt,
+    StoreOpt,
+    TestbedOpt,
+    XOpt,
+    YOpt,
+)
+from shiftbench.cli_support import Table, err, out  # noqa: F401  (the names the commands used from here)
+from shiftbench.cli_support import clean as _clean
+from shiftbench.cli_support import fit as _fit
+from shiftbench.cli_support import fit_on as _fit_on
+from shiftbench.cli_support import fit_used as _fit_used
+from shiftbench.cli_support import pivot as _pivot
+from shiftbench.cli_support import progress as _progress
+from shiftbench.cli_support import testbed_from_options as _testbed
 from shiftbench.errors import ConfigError, ShiftbenchError
+from shiftbench.models import list_sources
+from shiftbench.reference import list_testbeds, load_testbed
+from shiftbench.shifts import list_shifts
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Measure how image classifiers hold up under distribution shift.")
 list_app = typer.Typer(no_args_is_help=True, help="List testbeds, settings or models.")
 app.add_typer(list_app, name="list")
 
-# rich only for tables and progress; names and paths go through typer.echo verbatim
-# piped output is not cut to 80 columns: tables keep whole model and setting names
-out = Console(soft_wrap=True, emoji=False, highlight=False, markup=False, width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True, soft_wrap=True, emoji=False, highlight=False, markup=False)
 _state = {"debug": False}
 
 # the options shared by the commands are declared once, in shiftbench.cli_options
@@ -41,71 +64,6 @@ _state = {"debug": False}
 @app.callback()
 def _main(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False) -> None:
     _state["debug"] = debug
-
-
-def Table(*headers: str, **kwargs) -> _RichTable:  # noqa: N802 - a drop-in for rich's Table
-    """A rich table whose cells fold instead of being cut with '…' on narrow terminals."""
-    table = _RichTable(**kwargs)
-    for h in headers:
-        table.add_column(h, overflow="fold")
-    return table
-
-
-def _testbed(testbeds: list[str] | None, store: Path | None = None):
-    """The testbeds given (``--testbed``, repeatable, and ``--store``) merged left to right; what
-    the merge did (example counts taken from a reference, aliases) goes to stderr."""
-    from shiftbench.reference import load_testbed
-
-    if not testbeds and store is None:
-        raise ConfigError("no testbed given; pass --testbed imagenet-reference (or timm-reference, a "
-                          "CSV/Parquet table, a results store), repeatable to merge")
-    if store is not None and not store.is_dir():
-        raise ConfigError(f"{store}: no results store there; pass the --store directory that `shiftbench eval` wrote")
-    tb = load_testbed(list(testbeds or []), store=store)
-    for note in tb.notes:
-        err.print(f"note: {note}")
-    return tb
-
-
-def _fit_used(tb, fit) -> None:
-    """Say on stderr which models the trend was fitted on, and which added models it left out."""
-    left_out = [m for m in tb.added if m not in set(tb.resolve(list(fit.fit_on)))]
-    if left_out:
-        types = ", ".join(sorted({tb.model_types[m] for m in left_out}))
-        err.print(f"note: trend fitted on {fit.n_models} models ({', '.join(fit.fit_on)}); not fitted: "
-                  f"{len(left_out)} added model(s) of type {types} ({', '.join(left_out[:5])}"
-                  f"{', ...' if len(left_out) > 5 else ''}); --fit-on to change")
-
-
-def _fit_on(values: list[str] | None) -> tuple[str, ...]:
-    if not values:
-        return ("STANDARD",)
-    return tuple(v.strip() for item in values for v in item.split(",") if v.strip())
-
-
-def _pivot(value: str | None) -> str | float | None:
-    if value is None:
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        return value
-
-
-def _fit(testbed, x, y, scale, fit_on, pivot):
-    from shiftbench.analysis import fit_piecewise_trend, fit_trend
-
-    if pivot is not None:
-        return fit_piecewise_trend(x, y, pivot, scale, testbed=testbed, fit_on=fit_on)
-    return fit_trend(x, y, scale, testbed=testbed, fit_on=fit_on)
-
-
-def _clean(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if hasattr(value, "item"):
-        return _clean(value.item())
-    return value
 
 
 # ---------------------------------------------------------------------------- list
@@ -126,7 +84,6 @@ def _matching(names, pattern: str | None, what: str) -> list[str]:
 @list_app.command("testbeds")
 def list_testbeds_cmd(pattern: PatternArg = None) -> None:
     """The testbeds that ship with shiftbench (PATTERN: only those matching it; none matching: exit 1)."""
-    from shiftbench.reference import list_testbeds
 
     testbeds = list_testbeds()
     for name in _matching(testbeds, pattern, "testbed"):
@@ -140,7 +97,7 @@ def list_settings(pattern: PatternArg = None, testbed: ListTestbedOpt = None, lo
     PATTERN keeps the names matching it (fnmatch wildcards), e.g. 'imagenet-c.fog.*'; when
     nothing matches, a one-line message goes to stderr and the exit status is 1."""
     if not testbed:
-        from shiftbench.settings import list_settings as registered
+        from shiftbench.settings import list_settings as registered  # here: `list_settings` is this command's name
 
         settings = registered()
         names = _matching(settings, pattern, "setting")
@@ -172,7 +129,6 @@ def list_shifts_cmd(pattern: PatternArg = None) -> None:
 
     PATTERN keeps the names matching it (fnmatch wildcards), e.g. '*blur*'; when nothing
     matches, a one-line message goes to stderr and the exit status is 1."""
-    from shiftbench.shifts import list_shifts
 
     shifts = list_shifts()
     for name in _matching(shifts, pattern, "shift"):
@@ -189,7 +145,6 @@ def list_models(pattern: PatternArg = None, testbed: ListTestbedOpt = None,
     `shiftbench list models -t imagenet-reference '*resnet*'`; when nothing matches, a one-line
     message goes to stderr and the exit status is 1."""
     if not testbed:
-        from shiftbench.models import list_sources
 
         sources = list_sources()
         for name in _matching(sources, pattern, "model source"):
@@ -237,7 +192,6 @@ def er_cmd(x: XOpt, y: YOpt, testbed: TestbedOpt = None, store: StoreAddOpt = No
            top: Annotated[Optional[int], typer.Option("--top", help="Only the N most effectively robust models.")] = None,
            as_json: JsonOpt = False) -> None:
     """Effective robustness (percentage points) of every model: y minus the trend's prediction."""
-    from shiftbench.analysis import effective_robustness, most_effectively_robust
 
     tb = _testbed(testbed, store)
     fit = _fit(tb, x, y, scale, _fit_on(fit_on), _pivot(pivot))
@@ -269,7 +223,6 @@ def place_cmd(testbed: TestbedOpt = None, store: StoreAddOpt = None,
 
     --model: the models to place (default: the models of the tables and stores added to a
     reference testbed)."""
-    from shiftbench.analysis.placement import fitted_on_note, place_models
 
     tb = _testbed(testbed, store)
     models = [tb.check_model(m) for m in model] if model else tb.added
@@ -304,8 +257,11 @@ def plot_cmd(x: XOpt, y: YOpt,
                  "added to a reference testbed).")] = None,
              ) -> None:
     """Scatter of y against x with the fitted trend, its bootstrap band and y = x."""
-    from shiftbench.report import plot_trend, save_figure
-    from shiftbench.report.figures import FORMATS
+    from shiftbench.report import (  # deferred: loads Pillow, loads matplotlib, loads plotly, loads pyarrow
+        plot_trend,
+        save_figure,
+    )
+    from shiftbench.report.figures import FORMATS  # deferred: loads Pillow, loads matplotlib, loads plotly, loads pyarrow
 
     if output.suffix.lower() not in FORMATS:
         raise typer.BadParameter(f"{output}: use a .png, .svg or .pdf file name", param_hint="-o")
@@ -323,7 +279,6 @@ def mce_cmd(model: ModelOpt,
             mode: Annotated[str, typer.Option("--mode", help="in-memory or on-disk ImageNet-C settings.")] = "in-memory",
             as_json: JsonOpt = False) -> None:
     """mCE and relative mCE (normalised by AlexNet) with the per-corruption table of --model (a testbed's model)."""
-    from shiftbench.analysis import mce
 
     res = mce(_testbed(testbed, store), model, mode=mode)
     table = res["table"]
@@ -383,7 +338,7 @@ def eval_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Evaluate models on settings; results go to the store and are printed."""
-    from shiftbench.engine import EvalRequest, LocalExecutor
+    from shiftbench.engine import EvalRequest, LocalExecutor  # deferred: loads Pillow, loads pyarrow
 
     if executor not in ("local", "ray"):
         raise typer.BadParameter(f"{executor!r}: use local or ray", param_hint="--executor")
@@ -392,7 +347,7 @@ def eval_cmd(
         workers=workers, limit=limit, keep_logits=keep_logits, force=force, device=device, convention=convention,
         chunk_size=chunk_size, partial=partial, arch=arch, model_type=model_type, seed=seed)
     if executor == "ray":
-        from shiftbench.engine.ray_executor import RayExecutor
+        from shiftbench.engine.ray_executor import RayExecutor  # deferred: loads Pillow, loads pyarrow
 
         runner = RayExecutor(address)
     else:
@@ -429,11 +384,11 @@ def results_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """The finished results in a store, with the difference to a reference row where one exists."""
-    from shiftbench.engine.results import results_with_reference
+    from shiftbench.reference.results import results_with_reference  # deferred: loads pyarrow
 
     frame = results_with_reference(store)
     if export is not None:
-        from shiftbench.engine.results import export_results
+        from shiftbench.reference.results import export_results  # deferred: loads pyarrow
 
         path = export_results(frame, export)
         if not as_json:
@@ -450,16 +405,14 @@ def results_cmd(
 REFERENCE_TESTBEDS = ("imagenet-reference", "timm-reference")
 
 
-def _progress() -> Progress:
-    return Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                    TimeElapsedColumn(), console=err, transient=False)
-
-
 def _html_report(testbeds, output: Path, *, store: Path | None, n_resamples: int, scale: str = "logit",
                  shifts=None, highlight=()) -> Path:
     """write_html_report with a progress bar on stderr."""
-    from shiftbench.report import NATURAL_SHIFTS, write_html_report
-    from shiftbench.report.html import n_steps
+    from shiftbench.report import (  # deferred: loads Pillow, loads matplotlib, loads plotly, loads pyarrow
+        NATURAL_SHIFTS,
+        write_html_report,
+    )
+    from shiftbench.report.html import n_steps  # deferred: loads Pillow, loads matplotlib, loads plotly, loads pyarrow
 
     shifts = NATURAL_SHIFTS if shifts is None else shifts
     with _progress() as progress:
@@ -491,7 +444,6 @@ def report_cmd(
     on every figure and placed in a "Your models" table. --store also adds the store's calibration,
     model similarity and stored studies (trajectories, resolution sweeps, compositing, replication,
     attribute shifts)."""
-    from shiftbench.reference import load_testbed
 
     if store is not None and not store.is_dir():   # before any work or progress bar
         raise ConfigError(f"{store}: no results store there; pass the --store directory that `shiftbench eval` wrote")
@@ -508,7 +460,7 @@ def _offline_testbeds(output: Path, *, workspace: Path, data_dir: Path, models: 
                       n_test: int | None = None, corruptions: str | None = None, n_resamples: int = 1000) -> list:
     """The offline digits testbed (MNIST -> UCI digits, trained and evaluated live), as
     ``(testbed, shifts)`` pairs reported beside the reference testbeds."""
-    from shiftbench.demo import run_digits_demo
+    from shiftbench.demo import run_digits_demo  # deferred: loads Pillow, loads pyarrow
 
     res = run_digits_demo(workspace, output, data_dir=data_dir, models=models, n_test=n_test,
                           corruptions=corruptions, n_resamples=n_resamples, console=err)
@@ -526,9 +478,9 @@ def _digits_studies(output: Path, *, workspace: Path, data_dir: Path, testbed) -
     report shows them: fine-tuning trajectories (pretrained vs scratch), attribute-controlled
     shifts (stroke thickness, slant), resolution sweeps and object compositing. All resume from
     their caches."""
-    from shiftbench.demo.attributes import run_attribute_demo
-    from shiftbench.demo.finetune import run_finetune_demo
-    from shiftbench.store import Store
+    from shiftbench.demo.attributes import run_attribute_demo  # deferred: loads Pillow, loads pyarrow
+    from shiftbench.demo.finetune import run_finetune_demo  # deferred: loads Pillow, loads pyarrow
+    from shiftbench.store import Store  # deferred: loads pyarrow
 
     start = time.perf_counter()
     traj = run_finetune_demo(data_dir, workspace, testbed=testbed, console=err)
@@ -541,7 +493,7 @@ def _digits_studies(output: Path, *, workspace: Path, data_dir: Path, testbed) -
     Store(workspace / "store").write_study("attributes", "digits", attrs, meta={"source": "run_attribute_demo"})
     typer.echo(f"attribute-controlled shifts ({time.perf_counter() - start:.1f} s): " + ", ".join(
         f"{r.split} {r.accuracy:.1f}%" for r in attrs.itertuples()))
-    from shiftbench.demo.sweeps import run_sweeps_demo
+    from shiftbench.demo.sweeps import run_sweeps_demo  # deferred: loads Pillow, loads pyarrow
 
     start = time.perf_counter()
     sweeps = run_sweeps_demo(data_dir, workspace, console=err)
@@ -571,8 +523,10 @@ def demo_cmd(output: Annotated[Path, typer.Option("--output", "-o", help="Report
              corruptions: Annotated[Optional[str], typer.Option("--corruptions", help="Comma-separated corruptions, "
                                                                 "or all.")] = None) -> None:
     """Analyse every natural shift of both reference testbeds; write summary.md and index.html."""
-    from shiftbench.report import NATURAL_SHIFTS, write_report
-    from shiftbench.reference import load_testbed
+    from shiftbench.report import (  # deferred: loads Pillow, loads matplotlib, loads plotly, loads pyarrow
+        NATURAL_SHIFTS,
+        write_report,
+    )
 
     start = time.perf_counter()
     names = list(REFERENCE_TESTBEDS)
@@ -603,10 +557,8 @@ def demo_cmd(output: Annotated[Path, typer.Option("--output", "-o", help="Report
 
 def _register_command_modules() -> None:
     """Commands defined in ``shiftbench.commands.<name>`` modules: each has ``register(app)``."""
-    import importlib
-    import pkgutil
 
-    import shiftbench.commands as package
+    import shiftbench.commands as package  # deferred: registers on import
 
     for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
         module = importlib.import_module(f"shiftbench.commands.{info.name}")

@@ -9,7 +9,7 @@ examples are the pm-sets, scored by the pm-k rule (:func:`shiftbench.views.pm_k_
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np

@@ -35,7 +35,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from shiftbench.errors import ConfigError, did_you_mean
+from shiftbench.shifts import check_shift, list_shifts
 from shiftbench.shifts.corruptions import CORRUPTIONS, SEVERITIES
+from shiftbench.views import FullView, imagenet_a_view, imagenet_r_view, objectnet_view, video_view
+from shiftbench.views.classmap import ClassMapSpec
 
 CONVENTIONS = ("restricted", "argmax-all")
 CUSTOM_PREFIXES = ("folder", "manifest", "hf", "composite")
@@ -75,14 +78,12 @@ def register_setting(setting: Setting) -> Setting:
 
 
 def _full(_: str):
-    from shiftbench.views import FullView
 
     return FullView()
 
 
 def _subset(which: str):
     def build(convention: str):
-        from shiftbench.views import imagenet_a_view, imagenet_r_view
 
         return (imagenet_a_view if which == "a" else imagenet_r_view)(convention)
     return build
@@ -90,7 +91,6 @@ def _subset(which: str):
 
 def _objectnet(in_source: bool):
     def build(convention: str):
-        from shiftbench.views import objectnet_view
 
         return objectnet_view(convention, targets_in_source_space=in_source)
     return build
@@ -98,7 +98,6 @@ def _objectnet(in_source: bool):
 
 def _video(which: str, in_source: bool):
     def build(_: str):
-        from shiftbench.views import video_view
 
         return video_view(which, targets_in_source_space=in_source)
     return build
@@ -158,7 +157,6 @@ def classmap_setting(base: Setting, ref: str, check: bool = True) -> Setting:
     """``<setting>@classmap:<shipped map or file>``: ``base`` scored zero-shot through a class map
     (max-logit pooling from the model's classes; :class:`~shiftbench.views.classmap.ClassMapView`).
     ``check`` reads the map file now, so a missing or malformed file fails before any model runs."""
-    from shiftbench.views.classmap import ClassMapSpec
 
     if base.pm_k is not None or base.view is not _full:
         raise ConfigError(f"{base.name!r} is scored through its own view; a class map applies to settings "
@@ -186,7 +184,7 @@ def custom_setting(name: str) -> Setting:
         raise ConfigError(f"custom setting {name!r}: use folder:<dir>, manifest:<file.csv|parquet>, hf:<dir> "
                           "or composite:<spec.json|yaml>")
     if prefix == "composite":  # the dataset `composite` is registered on first use
-        from shiftbench.datasets.composite import register_composite_dataset
+        from shiftbench.datasets.composite import register_composite_dataset  # deferred: loads Pillow
 
         register_composite_dataset()
     path, options = _query(name, prefix, path)
@@ -215,7 +213,7 @@ def _query(name: str, prefix: str, path: str) -> tuple[str, tuple[tuple[str, str
         if not value:
             raise ConfigError(f"custom setting {name!r}: ?{key}= needs a value, e.g. ?classes=imagenet-1k")
         if key == "classes" and not value.lower().endswith((".txt", ".json")):
-            from shiftbench.datasets.manifest import known_label_space
+            from shiftbench.datasets.manifest import known_label_space  # deferred: loads Pillow
 
             known_label_space(value)  # an unknown name fails before any model is loaded
     return head, tuple((k, v) for k, _, v in pairs)
@@ -224,7 +222,6 @@ def _query(name: str, prefix: str, path: str) -> tuple[str, tuple[tuple[str, str
 def parse_shift(text: str) -> tuple[str, int | None]:
     """``gaussian_noise.3`` -> ('gaussian_noise', 3); ``greyscale`` / ``pgd.linf.eps2`` -> (name, None);
     checked against the shift registry (:func:`~shiftbench.shifts.check_shift`: nothing is built)."""
-    from shiftbench.shifts import check_shift, list_shifts
 
     if text in list_shifts():                 # names with dots and digits: pgd.l2.eps0.5
         return check_shift(text, None)

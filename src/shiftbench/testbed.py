@@ -252,7 +252,7 @@ class Testbed:
         conventions, ``convention`` picks one; where several example lists exist (``--limit``
         runs), the one with the most examples wins. Sizes are the example counts.
         """
-        from shiftbench.store import Store
+        from shiftbench.store import Store  # deferred: loads pyarrow
 
         res = Store(store).results()
         if res.empty:

@@ -10,10 +10,21 @@ from shiftbench.analysis.intervals import accuracy_interval, clopper_pearson
 from shiftbench.analysis.placement import NATURAL_SHIFTS, ShiftPair, fit_shift, place_models
 from shiftbench.analysis.robustness import effective_robustness, most_effectively_robust, relative_robustness
 from shiftbench.analysis.scaling import SCALES, inverse, transform
-from shiftbench.analysis.synthetic import (complete_severities, corruption_correlations, corruption_settings,
-                                          synthetic_effective_robustness)
+from shiftbench.analysis.synthetic import (
+                                          complete_severities,
+                                          corruption_correlations,
+                                          corruption_settings,
+                                          synthetic_effective_robustness,
+)
 from shiftbench.analysis.trend import (
-    Band, PiecewiseTrendFit, TrendFit, bootstrap_band, bootstrap_coefficients, fit_piecewise_trend, fit_trend)
+                                          Band,
+                                          PiecewiseTrendFit,
+                                          TrendFit,
+                                          bootstrap_band,
+                                          bootstrap_coefficients,
+                                          fit_piecewise_trend,
+                                          fit_trend,
+)
 
 __all__ = [
     "SCALES", "transform", "inverse", "clopper_pearson", "accuracy_interval",

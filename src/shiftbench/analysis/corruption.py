@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from shiftbench.errors import DataError
+from shiftbench.reference import load_testbed
 from shiftbench.testbed import Testbed
 
 BENCHMARK = ("gaussian_noise", "shot_noise", "impulse_noise", "defocus_blur", "glass_blur", "motion_blur",
@@ -78,7 +79,6 @@ def mce(
     if normaliser in testbed.models and np.isfinite(testbed.accuracies.loc[normaliser].get(clean, np.nan)):
         ref_tb = testbed
     else:
-        from shiftbench.reference import load_testbed
 
         ref_tb = reference or load_testbed("imagenet-reference")
     ref_err, ref_clean, ref_used = _errors(ref_tb, normaliser, mode, clean, fallback_mode)

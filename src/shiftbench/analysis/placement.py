@@ -23,7 +23,6 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 
 from shiftbench.analysis.robustness import effective_robustness

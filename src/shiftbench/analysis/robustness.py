@@ -20,8 +20,7 @@ import pandas as pd
 from numpy.typing import ArrayLike
 
 from shiftbench.analysis.intervals import accuracy_interval
-from shiftbench.analysis.trend import (
-    DEFAULT_FIT_ON, Band, TrendFit, bootstrap_band, check_accuracy_arrays, fit_trend)
+from shiftbench.analysis.trend import DEFAULT_FIT_ON, Band, TrendFit, bootstrap_band, check_accuracy_arrays, fit_trend
 from shiftbench.errors import ConfigError, DataError
 from shiftbench.testbed import Testbed
 

@@ -41,18 +41,16 @@ Example
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Union
 
 import numpy as np
 import pandas as pd
 
-from shiftbench.errors import ConfigError, DataError, did_you_mean
-
-from shiftbench.testbed import Testbed
 from shiftbench.correctness import CorrectnessMatrix
+from shiftbench.errors import ConfigError
+from shiftbench.testbed import Testbed
 
 STANDARD = "STANDARD"
 #: Examples per float32 block of the matrix product (300 models x 8192 examples = 9.8 MB).

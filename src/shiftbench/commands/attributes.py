@@ -13,6 +13,7 @@ from typing import Annotated, Optional
 import typer
 
 from shiftbench.cli_options import JsonOpt, SeedOpt
+from shiftbench.cli_support import Table, out
 
 MAX_LABELS = 12   # per-label columns shown in the table unless --per-label
 
@@ -72,8 +73,7 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """Carve a training set, an in-distribution test set and one OOD test set per changed attribute value."""
-        from shiftbench.cli import Table, out
-        from shiftbench.studies.attributes import attribute_splits
+        from shiftbench.studies.attributes import attribute_splits  # deferred: loads Pillow, loads pyarrow
 
         splits = attribute_splits(manifest, train=_train(train), bins=_pairs(bins, "--bin", "thickness=3"),
                                   id_test=_id_test(id_test), max_per_split=max_per_split, balance=balance, seed=seed)

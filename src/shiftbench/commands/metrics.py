@@ -7,7 +7,15 @@ from typing import Annotated, Optional
 
 import typer
 
+from shiftbench.analysis.diagnostics import trend_diagnostics
+from shiftbench.analysis.informativeness import informativeness_ranking, top_informative
+from shiftbench.analysis.scaling import SCALES
 from shiftbench.cli_options import JsonOpt, SeedOpt, StoreAddOpt, TestbedOpt
+from shiftbench.cli_support import Table, out
+from shiftbench.cli_support import clean as _clean
+from shiftbench.cli_support import fit_on as _fit_on
+from shiftbench.cli_support import progress as _progress
+from shiftbench.cli_support import testbed_from_options as _testbed
 
 
 def _split(values: list[str] | None) -> list[str] | None:
@@ -34,8 +42,6 @@ def informativeness_cmd(
 ) -> None:
     """Rank settings by how much their accuracy adds to ID accuracy for telling model groups apart
     (gain in cross-validated balanced accuracy of a logistic regression; Djolonga et al. 2021)."""
-    from shiftbench.analysis.informativeness import informativeness_ranking, top_informative
-    from shiftbench.cli import Table, _clean, _progress, _testbed, out
 
     if top < 1:
         raise typer.BadParameter(f"{top}: show at least 1 setting per group", param_hint="--top")
@@ -89,10 +95,7 @@ def diagnostics_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """r² (and slope, models) of each shift's trend under each scaling; weak trends flagged."""
-    from shiftbench.analysis.diagnostics import trend_diagnostics
-    from shiftbench.analysis.scaling import SCALES
-    from shiftbench.cli import Table, _clean, _fit_on, _testbed, out
-    from shiftbench.report.shifts import NATURAL_SHIFTS
+    from shiftbench.report.shifts import NATURAL_SHIFTS  # deferred: loads Pillow, loads matplotlib, loads plotly, loads pyarrow
 
     tb = _testbed(testbed, store)
     pairs = None

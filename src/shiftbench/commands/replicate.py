@@ -13,6 +13,7 @@ from typing import Annotated, Optional
 import typer
 
 from shiftbench.cli_options import JsonOpt, SeedOpt, StoreOpt
+from shiftbench.cli_support import Table, out
 
 MAX_ROWS = 30   # classes shown in the table unless --per-class
 
@@ -63,15 +64,14 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """Sample a new test set per class (MatchedFrequency, Threshold tau, TopImages) and write its manifest."""
-        from shiftbench.cli import Table, out
-        from shiftbench.datasets.manifest import read_classes_file, sidecar_of
-        from shiftbench.studies.replication import replicate
+        from shiftbench.datasets.manifest import read_classes_file, sidecar_of  # deferred: loads Pillow
+        from shiftbench.studies.replication import replicate  # deferred: loads Pillow, loads pyarrow
 
         rep = replicate(candidates, reference, strategy, images_per_class=images_per_class, threshold=threshold,
                         bins=_bins(bins), seed=seed, fallback=fallback)
         study_name = name if name is not None else Path(output).stem
         if store is not None:
-            from shiftbench.store import Store
+            from shiftbench.store import Store  # deferred: loads pyarrow
 
             st = Store(store)
             st._study_path("replication", study_name)     # a bad --name fails before anything is written
@@ -114,9 +114,9 @@ def register(app: typer.Typer) -> None:
 
 def _write_figure(rep, path: Path) -> Path:
     """The replication's figure (selection-frequency histograms, per-class means) as a PNG."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: loads Pillow, loads matplotlib
 
-    from shiftbench.report.replication_figures import plot_replication
+    from shiftbench.report.replication_figures import plot_replication  # deferred: loads Pillow, loads matplotlib, loads plotly, loads pyarrow
 
     fig = plot_replication(rep.to_study(), rep.study_meta())
     try:

@@ -15,6 +15,9 @@ from typing import Annotated, Optional
 import typer
 
 from shiftbench.cli_options import DEFAULT_STORE, JsonOpt, ModelsOpt, OneTestbedOpt, StoreOpt
+from shiftbench.cli_support import Table, out
+from shiftbench.errors import ConfigError
+from shiftbench.reference import load_testbed
 
 TOP = 10
 
@@ -57,13 +60,15 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Dominance probability and error consistency of every pair of models on a setting, from the
         stored per-example predictions; and the examples no standard model gets right."""
-        from shiftbench.analysis.similarity import model_similarity, standard_models, unsolved_examples
-        from shiftbench.correctness import correctness_matrix
-        from shiftbench.cli import Table, out
-        from shiftbench.errors import ConfigError
-        from shiftbench.report.figures import save_figure
-        from shiftbench.report.similarity_figures import plot_similarity_matrices
-        from shiftbench.store import Store
+        from shiftbench.analysis.similarity import (  # deferred: loads pyarrow
+            model_similarity,
+            standard_models,
+            unsolved_examples,
+        )
+        from shiftbench.correctness import correctness_matrix  # deferred: loads pyarrow
+        from shiftbench.report.figures import save_figure  # deferred: loads Pillow, loads matplotlib, loads plotly, loads pyarrow
+        from shiftbench.report.similarity_figures import plot_similarity_matrices  # deferred: loads Pillow, loads matplotlib, loads plotly, loads pyarrow
+        from shiftbench.store import Store  # deferred: loads pyarrow
 
         if standard and testbed:
             raise ConfigError("give the standard models once: either --standard NAMES or --testbed T")
@@ -72,7 +77,6 @@ def register(app: typer.Typer) -> None:
         matrix = correctness_matrix(store, setting, _names(model))
         sim = model_similarity(matrix)
         if testbed:
-            from shiftbench.reference import load_testbed
 
             chosen = load_testbed(testbed)
         else:

@@ -12,8 +12,18 @@ from typing import Annotated, Optional
 
 import typer
 
-from shiftbench.cli_options import (DEFAULT_STORE, BatchSizeOpt, DataRootOpt, DeviceOpt, LimitOpt, ModelOpt,
-                                    PartialOpt, SettingOpt, StoreOpt)
+from shiftbench.cli_options import (
+    DEFAULT_STORE,
+    BatchSizeOpt,
+    DataRootOpt,
+    DeviceOpt,
+    LimitOpt,
+    ModelOpt,
+    PartialOpt,
+    SettingOpt,
+    StoreOpt,
+)
+from shiftbench.cli_support import Table, out
 
 
 def _resolutions(text: str | None) -> tuple[int, ...] | None:
@@ -58,8 +68,7 @@ def register(app: typer.Typer) -> None:
         partial: PartialOpt = False,
     ) -> None:
         """Accuracy of one model at each test resolution (FixRes); stored as a study for the report."""
-        from shiftbench.cli import Table, out
-        from shiftbench.studies.resolution import RESOLUTIONS, resolution_sweep
+        from shiftbench.studies.resolution import RESOLUTIONS, resolution_sweep  # deferred: loads Pillow, loads pyarrow
 
         frame = resolution_sweep(model, setting, _resolutions(resolutions) or RESOLUTIONS, data_root=data_root,
                                  store=store, adjust_resize_ratio=adjust, limit=limit, batch_size=batch_size,
@@ -86,8 +95,10 @@ def register(app: typer.Typer) -> None:
         device: DeviceOpt = None,
     ) -> None:
         """SI-SCORE-style compositing: accuracy per object size, rotation and location; stored as a study."""
-        from shiftbench.cli import Table, out
-        from shiftbench.studies.compositing import compositing_study, heatmap_from_study
+        from shiftbench.studies.compositing import (  # deferred: loads Pillow, loads pyarrow
+            compositing_study,
+            heatmap_from_study,
+        )
 
         frame = compositing_study(model, str(spec), data_root=data_root, store=store, limit=limit,
                                   batch_size=batch_size, device=device, progress=True)

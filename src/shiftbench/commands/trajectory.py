@@ -6,18 +6,27 @@ import json
 from pathlib import Path
 from typing import Annotated, Optional
 
+import numpy as np
+import pandas as pd
 import typer
 
+from shiftbench.analysis.trajectory import (
+    is_checkpoint,
+    trajectory_accuracies,
+    trajectory_effective_robustness,
+    trajectory_summary,
+)
+from shiftbench.analysis.trend import fit_trend
 from shiftbench.cli_options import JsonOpt, OneTestbedOpt, ScaleOpt, StoreOpt
+from shiftbench.cli_support import Table, out
+from shiftbench.errors import ConfigError, DataError, ShiftbenchError
+from shiftbench.reference import load_testbed
+from shiftbench.testbed import Testbed
 
 
 def _testbed(spec: str | None, store: Path):
     """The testbed whose trend is used: ``-t`` (a reference name, a table, or a results store
     directory), else the store's own finished models; checkpoints are left out."""
-    from shiftbench.analysis.trajectory import is_checkpoint
-    from shiftbench.errors import DataError
-    from shiftbench.reference import load_testbed
-    from shiftbench.testbed import Testbed
 
     if spec is None or Path(spec).is_dir():
         try:
@@ -48,16 +57,9 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """Each stored fine-tuning trajectory: per-step accuracies and effective robustness."""
-        import numpy as np
-        import pandas as pd
 
-        from shiftbench.analysis.trajectory import (
-            trajectory_accuracies, trajectory_effective_robustness, trajectory_summary)
-        from shiftbench.analysis.trend import fit_trend
-        from shiftbench.cli import Table, out
-        from shiftbench.studies.trajectory import Trajectory
-        from shiftbench.errors import ConfigError, ShiftbenchError
-        from shiftbench.store import Store
+        from shiftbench.store import Store  # deferred: loads pyarrow
+        from shiftbench.studies.trajectory import Trajectory  # deferred: loads Pillow, loads pyarrow
 
         if not store.is_dir():
             raise ConfigError(f"{store}: no results store there; pass the --store directory the trajectories were "
@@ -116,11 +118,13 @@ def register(app: typer.Typer) -> None:
 
 def _write(output: Path, tb, results: dict, fits: dict, quiet: bool) -> None:
     """Per (x, y) pair with a trend: the trajectory figure, the ER figure and the CSV."""
-    import pandas as pd
 
-    from shiftbench.report.figures import save_figure_formats
-    from shiftbench.report.sections import slug
-    from shiftbench.report.trajectory_figures import plot_trajectory, plot_trajectory_er
+    from shiftbench.report.figures import save_figure_formats  # deferred: loads Pillow, loads matplotlib, loads plotly, loads pyarrow
+    from shiftbench.report.sections import slug  # deferred: loads Pillow, loads matplotlib, loads plotly, loads pyarrow
+    from shiftbench.report.trajectory_figures import (  # deferred: loads Pillow, loads matplotlib, loads plotly, loads pyarrow
+        plot_trajectory,
+        plot_trajectory_er,
+    )
 
     output.mkdir(parents=True, exist_ok=True)
     for (tx, ty), fit in fits.items():

@@ -10,6 +10,7 @@ the first missing path; a bad image fails in ``load`` with :class:`ImageDecodeEr
 """
 from shiftbench.datasets import classmaps
 from shiftbench.datasets._scan import IMG_EXTENSIONS, LayoutError
+from shiftbench.datasets.arrays import CIFAR10_CLASSES, cifar10, cifar10_1, cifar10_2, from_arrays  # noqa: E402
 from shiftbench.datasets.base import (
     MAX_PIXELS,
     ArrayDataset,
@@ -19,15 +20,6 @@ from shiftbench.datasets.base import (
     decode_image,
     open_image,
     to_rgb,
-)
-from shiftbench.datasets.registry import (
-    DATASETS,
-    DatasetEntry,
-    dataset_root,
-    get_dataset_entry,
-    list_datasets,
-    load_dataset,
-    register_dataset,
 )
 from shiftbench.datasets.folders import (  # noqa: E402 - registers its datasets
     IMAGENET_C_CORRUPTIONS,
@@ -39,10 +31,18 @@ from shiftbench.datasets.folders import (  # noqa: E402 - registers its datasets
     objectnet,
     wnid_folder,
 )
-from shiftbench.datasets.video import PmSet, VideoDataset, pm_k_accuracy, pm_sets, video_robust  # noqa: E402
-from shiftbench.datasets.arrays import CIFAR10_CLASSES, cifar10, cifar10_1, cifar10_2, from_arrays  # noqa: E402
-from shiftbench.datasets.manifest import manifest  # noqa: E402
 from shiftbench.datasets.hf import HFDataset, hf_dataset  # noqa: E402
+from shiftbench.datasets.manifest import manifest  # noqa: E402
+from shiftbench.datasets.registry import (
+    DATASETS,
+    DatasetEntry,
+    dataset_root,
+    get_dataset_entry,
+    list_datasets,
+    load_dataset,
+    register_dataset,
+)
+from shiftbench.datasets.video import PmSet, VideoDataset, pm_k_accuracy, pm_sets, video_robust  # noqa: E402
 
 __all__ = [
     "ArrayDataset", "CIFAR10_CLASSES", "DATASETS", "DatasetEntry", "FileDataset", "HFDataset", "IMAGENETV2_VARIANTS",

@@ -23,7 +23,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from shiftbench.errors import DataError
+from shiftbench.errors import ConfigError, DataError, did_you_mean
 
 CLASSMAP_DIR = Path(__file__).parent.parent / "data" / "classmaps"
 
@@ -155,7 +155,6 @@ VIDEO_SETS = ("imagenet-vid-robust", "ytbb-robust")
 
 def _check_video(which: str) -> None:
     if which not in VIDEO_SETS:
-        from shiftbench.errors import ConfigError, did_you_mean
 
         raise ConfigError(did_you_mean("video dataset", which, VIDEO_SETS))
 

@@ -360,7 +360,7 @@ def _read_spec(path: Path) -> dict[str, Any]:
     text = path.read_text()
     if path.suffix.lower() in (".yaml", ".yml"):
         try:
-            import yaml
+            import yaml  # deferred: optional dependency
         except ImportError as exc:
             raise ConfigError(f"composite spec {path}: reading YAML needs pyyaml (pip install pyyaml), "
                               "or write the spec as JSON") from exc
@@ -431,7 +431,7 @@ def register_composite_dataset() -> None:
     Done on first use by :func:`composite_setting` rather than on import, so importing this
     module leaves the dataset registry as it is.
     """
-    from shiftbench.datasets.registry import DATASETS
+    from shiftbench.datasets.registry import DATASETS  # deferred: loads Pillow
 
     if "composite" not in DATASETS:
         register_dataset("composite", default_dir=None, label_space="from the spec", layout=SPEC_LAYOUT)(

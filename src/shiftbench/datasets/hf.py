@@ -69,7 +69,7 @@ def hf_dataset(path: Path | str, split: str | None = None, image_key: str = "ima
     row numbers; ``label_space`` is ``custom:<name>`` (``name`` defaults to the folder name).
     """
     try:
-        import datasets as hfds
+        import datasets as hfds  # deferred: loads Hugging Face datasets, loads pyarrow
     except ImportError as exc:  # pragma: no cover - optional dependency
         raise DataError("reading a Hugging Face dataset needs the 'datasets' package (pip install 'shiftbench[hf]')") from exc
     path = Path(path)

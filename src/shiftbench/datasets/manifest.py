@@ -123,7 +123,7 @@ def known_label_space(name: str) -> LabelSpace:
     if name == "imagenet-1k":
         return LabelSpace(name, cm.imagenet_names(), cm.imagenet_wnids(), source=name)
     if name == "cifar10":
-        from shiftbench.datasets.arrays import CIFAR10_CLASSES
+        from shiftbench.datasets.arrays import CIFAR10_CLASSES  # deferred: loads Pillow
 
         return LabelSpace(name, tuple(CIFAR10_CLASSES), source=name)
     raise ConfigError(did_you_mean("label space", name, KNOWN_LABEL_SPACES,

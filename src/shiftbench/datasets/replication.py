@@ -329,8 +329,12 @@ class Replication:
         class of it (checked before anything is written), else a :class:`DataError` naming the
         label and the closest classes. Labels are written as given. Without ``label_space``, a
         sidecar an earlier write left beside ``path`` is removed (it would relabel this manifest)."""
-        from shiftbench.datasets.manifest import SIDECAR_SUFFIXES, label_space_of, write_label_space
-        from shiftbench.store.files import atomic_write_with   # temp name, fsync, os.replace
+        from shiftbench.datasets.manifest import (  # deferred: loads Pillow
+            SIDECAR_SUFFIXES,
+            label_space_of,
+            write_label_space,
+        )
+        from shiftbench.store.files import atomic_write_with  # temp name, fsync, os.replace
 
         path = Path(path)
         suffix = path.suffix.lower()

@@ -25,7 +25,7 @@ DIGIT_NAMES = [str(d) for d in range(10)]
 
 def digits_cnn(width: int, num_classes: int = NUM_CLASSES):
     """The small CNN of width ``width`` (module docstring)."""
-    from torch import nn
+    from torch import nn  # deferred: loads torch
 
     w = width
 
@@ -47,7 +47,7 @@ def digits_cnn(width: int, num_classes: int = NUM_CLASSES):
 
 def digits_mlp(hidden: int, num_classes: int = NUM_CLASSES):
     """One hidden layer of ``hidden`` ReLU units over the greyscale pixels."""
-    from torch import nn
+    from torch import nn  # deferred: loads torch
 
     class DigitsMLP(nn.Module):
         def __init__(self) -> None:

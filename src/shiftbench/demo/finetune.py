@@ -45,9 +45,9 @@ EARLY_STEPS = (2, 5, 10, 20, 35)
 
 def _save(path: Path, tensors: dict[str, Any], meta: dict[str, Any]) -> None:
     """Weights (safetensors) then the JSON marker with their sha256, both atomically."""
-    from safetensors.torch import save_file
+    from safetensors.torch import save_file  # deferred: loads safetensors, loads torch
 
-    from shiftbench.demo.zoo import sha256_file
+    from shiftbench.demo.zoo import sha256_file  # deferred: loads Pillow, loads pyarrow
 
     atomic_write(path, lambda tmp: save_file({k: v.detach().contiguous() for k, v in tensors.items()}, tmp))
     text = json.dumps({**meta, "sha256": sha256_file(path)}, sort_keys=True, indent=1)
@@ -56,9 +56,9 @@ def _save(path: Path, tensors: dict[str, Any], meta: dict[str, Any]) -> None:
 
 def _load(path: Path, meta: dict[str, Any]) -> dict[str, Any] | None:
     """The tensors cached at ``path`` if its marker exists and matches ``meta`` and the file's sha256."""
-    from safetensors.torch import load_file
+    from safetensors.torch import load_file  # deferred: loads safetensors, loads torch
 
-    from shiftbench.demo.zoo import sha256_file
+    from shiftbench.demo.zoo import sha256_file  # deferred: loads Pillow, loads pyarrow
 
     marker = path.with_suffix(".json")
     if not marker.exists() or not path.exists():
@@ -75,10 +75,10 @@ def _load(path: Path, meta: dict[str, Any]) -> dict[str, Any] | None:
 def _pretrained(workspace: Path, arch: str, fashion: tuple[np.ndarray, np.ndarray], epochs: float, lr: float,
                 seed: int) -> dict[str, Any]:
     """The network's state after pre-training on Fashion-MNIST (cached)."""
-    import torch
+    import torch  # deferred: loads torch
 
-    from shiftbench.demo.training import _fit
-    from shiftbench.models.registry import build_arch
+    from shiftbench.demo.training import _fit  # deferred: loads Pillow, loads pyarrow
+    from shiftbench.models.registry import build_arch  # deferred: registers on import
 
     fx, fy = fashion
     meta = {"arch": arch, "n": int(len(fx)), "epochs": float(epochs), "lr": lr, "seed": seed, "data": "fashion-mnist"}
@@ -127,13 +127,13 @@ def finetune(
     """Fine-tune ``arch`` (from ``init_state`` with a fresh classifier, or from random
     initialisation) on the digits, evaluating with ``tracker`` at step 0, at ``early_steps`` and
     after every epoch; resumes from the last epoch checkpointed in ``<workspace>/finetune/<name>/``."""
-    import torch
-    import torch.nn.functional as F
+    import torch  # deferred: loads torch
+    import torch.nn.functional as F  # deferred: loads torch
 
-    from shiftbench.demo.archs import DIGITS_PREPROCESSING
-    from shiftbench.demo.training import _to_float
-    from shiftbench.models.registry import build_arch
-    from shiftbench.models.wrapper import Normalized
+    from shiftbench.demo.archs import DIGITS_PREPROCESSING  # deferred: loads Pillow, loads pyarrow
+    from shiftbench.demo.training import _to_float  # deferred: loads Pillow, loads pyarrow
+    from shiftbench.models.registry import build_arch  # deferred: registers on import
+    from shiftbench.models.wrapper import Normalized  # deferred: loads torch
 
     torch.manual_seed(seed)
     net = build_arch(arch, 10).net
@@ -190,8 +190,8 @@ def finetune(
 def digits_testbed(store: Path | str) -> Any:
     """The digits testbed of a results store without trajectory checkpoints (None if the store
     has no finished results)."""
-    from shiftbench.analysis.trajectory import is_checkpoint
-    from shiftbench.testbed import Testbed
+    from shiftbench.analysis.trajectory import is_checkpoint  # deferred: registers on import
+    from shiftbench.testbed import Testbed  # deferred: registers on import
 
     try:
         tb = Testbed.from_store(store, name="digits")
@@ -246,16 +246,16 @@ def run_finetune_demo(
     DataFrame with ``trajectory, init, step, epoch, x_acc, y_acc, predicted_y_acc,
     effective_robustness`` (percent / pp); ``attrs`` holds ``fit`` (or ``note``) and ``seconds``.
     """
-    from rich.console import Console
+    from rich.console import Console  # deferred: registers on import
 
-    import shiftbench.demo
-    from shiftbench.analysis.trajectory import trajectory_effective_robustness
-    from shiftbench.demo import data as D
-    from shiftbench.demo.archs import DIGITS_PREPROCESSING
-    from shiftbench.demo.datasets import load_prepared, prepare_data
-    from shiftbench.demo.run import _one_thread
-    from shiftbench.studies.trajectory import Trajectory
-    from shiftbench.errors import ConfigError
+    import shiftbench.demo  # deferred: loads Pillow, loads pyarrow
+    from shiftbench.analysis.trajectory import trajectory_effective_robustness  # deferred: registers on import
+    from shiftbench.demo import data as D  # deferred: loads Pillow, loads pyarrow
+    from shiftbench.demo.archs import DIGITS_PREPROCESSING  # deferred: loads Pillow, loads pyarrow
+    from shiftbench.demo.datasets import load_prepared, prepare_data  # deferred: loads Pillow, loads pyarrow
+    from shiftbench.demo.run import _one_thread  # deferred: loads Pillow, loads pyarrow
+    from shiftbench.errors import ConfigError  # deferred: registers on import
+    from shiftbench.studies.trajectory import Trajectory  # deferred: loads Pillow, loads pyarrow
 
     if epochs < 1 or batch_size < 1 or n_pretrain < 1:
         raise ConfigError(f"epochs={epochs}, batch_size={batch_size} and n_pretrain={n_pretrain} must be at least 1")

@@ -49,7 +49,7 @@ MARKER = "demo-run.json"
 # ----------------------------------------------------------------------------- workers
 def _init_worker() -> None:
     """One thread per worker for torch and for numpy's / scikit-learn's BLAS and OpenMP pools."""
-    import torch
+    import torch  # deferred: loads torch
 
     torch.set_num_threads(1)
     _limit_blas()
@@ -59,7 +59,7 @@ def _init_worker() -> None:
 def _limit_blas() -> Any:
     try:
         import sklearn.neighbors  # noqa: F401 - load scikit-learn's OpenMP runtime so it is limited too
-        from threadpoolctl import threadpool_limits
+        from threadpoolctl import threadpool_limits  # deferred: registers on import
     except ImportError:  # pragma: no cover - scikit-learn brings threadpoolctl
         return None
     return threadpool_limits(1)
@@ -73,7 +73,7 @@ def _one_thread() -> Iterator[None]:
     thread than on two (parallelism comes from ``jobs`` processes instead), and a parent that never
     starts an OpenMP thread team can fork workers safely (libgomp does not survive a fork with a
     live team: a forked scikit-learn k-NN hung)."""
-    import torch
+    import torch  # deferred: loads torch
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -88,12 +88,12 @@ def _one_thread() -> Iterator[None]:
 
 def train_model(name: str, workspace: str, data_dir: str) -> dict[str, Any]:
     """Train one zoo model and write it to the workspace (run in a worker process)."""
-    import numpy as np
+    import numpy as np  # deferred: registers on import
 
-    from shiftbench.demo import data as D
-    from shiftbench.demo.datasets import load_prepared
-    from shiftbench.demo.training import train
-    from shiftbench.demo.zoo import save_model, select_zoo
+    from shiftbench.demo import data as D  # deferred: loads Pillow, loads pyarrow
+    from shiftbench.demo.datasets import load_prepared  # deferred: loads Pillow, loads pyarrow
+    from shiftbench.demo.training import train  # deferred: loads Pillow, loads pyarrow
+    from shiftbench.demo.zoo import save_model, select_zoo  # deferred: loads Pillow, loads pyarrow
 
     m = select_zoo([name])[-1]
     z = load_prepared(workspace)
@@ -105,7 +105,7 @@ def train_model(name: str, workspace: str, data_dir: str) -> dict[str, Any]:
     info = {"train_seconds": round(seconds, 2), "train_digest": meta["train_digest"],
             "n_train": int(min(len(z["train_y"]), m.recipe.get("n_train") or len(z["train_y"])))}
     if m.framework == "sklearn":
-        from shiftbench.demo.training import pixels, sklearn_logits
+        from shiftbench.demo.training import pixels, sklearn_logits  # deferred: loads Pillow, loads pyarrow
 
         feats = pixels(z["test_x"][:500])
         info["argmax_matches_predict"] = bool(np.array_equal(sklearn_logits(model, feats).argmax(1),
@@ -117,9 +117,9 @@ def train_model(name: str, workspace: str, data_dir: str) -> dict[str, Any]:
 def evaluate_model(name: str, workspace: str, groups: list[tuple[list[str], int | None]],
                    batch_size: int = BATCH_SIZE) -> dict[str, Any]:
     """Evaluate one cached zoo model on every group of settings (run in a worker process)."""
-    from shiftbench.demo.zoo import select_zoo, use_workspace
-    from shiftbench.engine import evaluate
-    from shiftbench.models import load_model
+    from shiftbench.demo.zoo import select_zoo, use_workspace  # deferred: loads Pillow, loads pyarrow
+    from shiftbench.engine import evaluate  # deferred: loads Pillow, loads pyarrow
+    from shiftbench.models import load_model  # deferred: registers on import
 
     m = select_zoo([name])[-1]
     ws = Path(workspace)
@@ -147,8 +147,14 @@ class _Stages:
     """Stage timer + rich progress bars."""
 
     def __init__(self, console: Any) -> None:
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                                   TimeRemainingColumn)
+        from rich.progress import (  # deferred: registers on import
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
         self.console = console
         self.times: dict[str, float] = {}
@@ -176,7 +182,7 @@ def _pool_map(fn: Callable[..., dict[str, Any]], jobs: list[tuple[Any, ...]], n_
         for args in jobs:
             on_done(fn(*args))
         return
-    import multiprocessing as mp
+    import multiprocessing as mp  # deferred: registers on import
 
     try:
         with ProcessPoolExecutor(max_workers=n_workers, mp_context=mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn"),
@@ -213,8 +219,8 @@ def _cost(m: Any) -> float:
 
 def _resolve_corruptions(corruptions: Sequence[str] | str | None, small: bool) -> tuple[list[str], list[str]]:
     """The corruptions to evaluate (registered ones only) and notes about requested but missing ones."""
-    from shiftbench.settings import CORRUPTIONS
-    from shiftbench.shifts import list_shifts
+    from shiftbench.settings import CORRUPTIONS  # deferred: registers on import
+    from shiftbench.shifts import list_shifts  # deferred: registers on import
 
     registered = [c for c in CORRUPTIONS if c in list_shifts()]
     if corruptions is None:
@@ -228,7 +234,7 @@ def _resolve_corruptions(corruptions: Sequence[str] | str | None, small: bool) -
         corruptions = [c.strip() for c in corruptions.split(",") if c.strip()]
     unknown = [c for c in corruptions if c not in CORRUPTIONS]
     if unknown:
-        from shiftbench.errors import did_you_mean
+        from shiftbench.errors import did_you_mean  # deferred: registers on import
 
         raise ConfigError(did_you_mean("corruption", unknown[0], CORRUPTIONS))
     missing = [c for c in corruptions if c not in registered]
@@ -318,12 +324,12 @@ def run_digits_demo(
     ``store``, ``workspace``, ``models`` (names), ``trained`` / ``cached`` (names), ``corruptions``,
     ``settings`` and ``n_results`` (evaluated model x setting cells).
     """
-    from rich.console import Console
+    from rich.console import Console  # deferred: registers on import
 
-    import shiftbench.demo
-    from shiftbench.demo import data as D
-    from shiftbench.demo.datasets import prepare_data
-    from shiftbench.demo.zoo import cache_status, select_zoo
+    import shiftbench.demo  # deferred: loads Pillow, loads pyarrow
+    from shiftbench.demo import data as D  # deferred: loads Pillow, loads pyarrow
+    from shiftbench.demo.datasets import prepare_data  # deferred: loads Pillow, loads pyarrow
+    from shiftbench.demo.zoo import cache_status, select_zoo  # deferred: loads Pillow, loads pyarrow
 
     shiftbench.demo.register()
     console = console or Console(stderr=True)
@@ -423,8 +429,11 @@ def run_digits_demo(
 
 def _report(ws: Path, report_dir: Path, zoo: list[Any], corruptions: list[str], notes: list[str], st: _Stages,
             n_resamples: int, config: dict[str, Any]) -> tuple[dict[str, Path], Any, list[Any]]:
-    from shiftbench.demo.report import shift_pairs, write_digits_report
-    from shiftbench.testbed import Testbed
+    from shiftbench.demo.report import (  # deferred: loads Pillow, loads matplotlib, loads plotly, loads pyarrow
+        shift_pairs,
+        write_digits_report,
+    )
+    from shiftbench.testbed import Testbed  # deferred: registers on import
 
     try:
         tb = Testbed.from_store(ws / "store", name="digits")
@@ -445,7 +454,7 @@ def _report(ws: Path, report_dir: Path, zoo: list[Any], corruptions: list[str], 
 
 
 def _print_times(console: Any, times: dict[str, float], n_trained: int, n_models: int) -> None:
-    from rich.table import Table
+    from rich.table import Table  # deferred: registers on import
 
     table = Table(title=f"digits demo: {n_models} models, {n_trained} trained in this run", show_edge=False)
     table.add_column("stage")

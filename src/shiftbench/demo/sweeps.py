@@ -67,8 +67,8 @@ POOLED_SUFFIX = "+adaptive-pool"
 # ----------------------------------------------------------------------------- models
 def load_zoo_model(name: str, workspace: Path | str) -> Any:
     """A cached zoo model as a :class:`~shiftbench.models.LoadedModel` (as ``run.evaluate_model`` loads it)."""
-    from shiftbench.demo.zoo import select_zoo, use_workspace
-    from shiftbench.models import load_model
+    from shiftbench.demo.zoo import select_zoo, use_workspace  # deferred: loads Pillow, loads pyarrow
+    from shiftbench.models import load_model  # deferred: registers on import
 
     m = [z for z in select_zoo([name]) if z.name == name][0]
     kwargs: dict[str, Any] = {"name": m.name, "model_type": m.model_type, "tags": m.tags}
@@ -81,7 +81,7 @@ def load_zoo_model(name: str, workspace: Path | str) -> Any:
 def adaptive_pool_variant(loaded: Any, size: int = 4) -> Any:
     """``loaded`` (a digits CNN) with ``AdaptiveMaxPool2d(size)`` after its last stage, named
     ``<name>+adaptive-pool``: its head then takes any input size; at 32 px it is the same function."""
-    from torch import nn
+    from torch import nn  # deferred: loads torch
 
     net = getattr(loaded.module, "net", None)
     if not isinstance(getattr(net, "features", None), nn.Sequential):
@@ -96,7 +96,7 @@ def adaptive_pool_variant(loaded: Any, size: int = 4) -> Any:
 
 # ----------------------------------------------------------------------------- composite data
 def _png(array: np.ndarray) -> bytes:
-    from PIL import Image
+    from PIL import Image  # deferred: loads Pillow
 
     buf = io.BytesIO()
     Image.fromarray(array).save(buf, format="PNG")
@@ -104,7 +104,7 @@ def _png(array: np.ndarray) -> bytes:
 
 
 def _write_if_changed(path: Path, data: bytes) -> None:
-    from shiftbench.store.store import atomic_write
+    from shiftbench.store.store import atomic_write  # deferred: loads pyarrow
 
     if path.is_file() and path.read_bytes() == data:
         return
@@ -115,8 +115,8 @@ def _write_if_changed(path: Path, data: bytes) -> None:
 def texture_backgrounds(size: int = CANVAS, gain: float = TEXTURE_GAIN) -> dict[str, np.ndarray]:
     """``black`` plus scikit-image's grey texture photos, centre 256 x 256 resized to ``size`` and
     multiplied by ``gain`` (uint8 greyscale)."""
-    import skimage.data
-    from PIL import Image
+    import skimage.data  # deferred: loads scikit-image
+    from PIL import Image  # deferred: loads Pillow
 
     out = {"black": np.zeros((size, size), np.uint8)}
     for name in TEXTURES:
@@ -137,7 +137,7 @@ def write_composite_spec(workspace: Path | str, *, n_foregrounds: int = N_FOREGR
     The digits are ``n_foregrounds // 10`` per class drawn (seeded) from the prepared
     ``mnist-test`` split, so none was seen in training.
     """
-    from shiftbench.demo.datasets import load_prepared
+    from shiftbench.demo.datasets import load_prepared  # deferred: loads Pillow, loads pyarrow
 
     if n_foregrounds < 10 or n_foregrounds % 10:
         raise ConfigError(f"n_foregrounds={n_foregrounds}: use a positive multiple of 10 (the same count per digit)")
@@ -208,14 +208,14 @@ def run_sweeps_demo(
     ``+adaptive-pool``), ``compositing`` (model name -> study table), ``spec`` (the composite
     spec's path), ``store`` and ``times`` (seconds per stage).
     """
-    from rich.console import Console
+    from rich.console import Console  # deferred: registers on import
 
-    import shiftbench.demo
-    from shiftbench.demo.datasets import prepare_data
-    from shiftbench.demo.zoo import cache_status, select_zoo
-    from shiftbench.studies.compositing import compositing_study
-    from shiftbench.studies.resolution import resolution_sweep
-    from shiftbench.store.store import Store
+    import shiftbench.demo  # deferred: loads Pillow, loads pyarrow
+    from shiftbench.demo.datasets import prepare_data  # deferred: loads Pillow, loads pyarrow
+    from shiftbench.demo.zoo import cache_status, select_zoo  # deferred: loads Pillow, loads pyarrow
+    from shiftbench.store.store import Store  # deferred: loads pyarrow
+    from shiftbench.studies.compositing import compositing_study  # deferred: loads Pillow, loads pyarrow
+    from shiftbench.studies.resolution import resolution_sweep  # deferred: loads Pillow, loads pyarrow
 
     shiftbench.demo.register()
     console = console or Console(stderr=True)

@@ -50,13 +50,13 @@ def pixels(x_uint8: np.ndarray) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- scikit-learn
 def make_estimator(name: str, params: dict[str, Any]) -> Any:
-    from sklearn.ensemble import RandomForestClassifier
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.naive_bayes import GaussianNB
-    from sklearn.neighbors import KNeighborsClassifier, NearestCentroid
-    from sklearn.neural_network import MLPClassifier
-    from sklearn.svm import SVC, LinearSVC
-    from sklearn.tree import DecisionTreeClassifier
+    from sklearn.ensemble import RandomForestClassifier  # deferred: loads scikit-learn
+    from sklearn.linear_model import LogisticRegression  # deferred: loads scikit-learn
+    from sklearn.naive_bayes import GaussianNB  # deferred: loads scikit-learn
+    from sklearn.neighbors import KNeighborsClassifier, NearestCentroid  # deferred: loads scikit-learn
+    from sklearn.neural_network import MLPClassifier  # deferred: loads scikit-learn
+    from sklearn.svm import SVC, LinearSVC  # deferred: loads scikit-learn
+    from sklearn.tree import DecisionTreeClassifier  # deferred: loads scikit-learn
 
     table = {"logistic_regression": LogisticRegression, "linear_svm": LinearSVC, "rbf_svm": SVC,
              "knn": KNeighborsClassifier, "nearest_centroid": NearestCentroid, "gaussian_nb": GaussianNB,
@@ -68,9 +68,9 @@ def make_estimator(name: str, params: dict[str, Any]) -> Any:
 
 def train_sklearn(recipe: dict[str, Any], train_x: np.ndarray, train_y: np.ndarray) -> Any:
     """Fit the recipe's estimator on the (first ``n_train``) training digits."""
-    import warnings
+    import warnings  # deferred: registers on import
 
-    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.exceptions import ConvergenceWarning  # deferred: loads scikit-learn
 
     x, y = _subset(train_x, train_y, recipe.get("n_train"))
     est = make_estimator(recipe["estimator"], dict(recipe.get("params", {})))
@@ -106,7 +106,7 @@ def sklearn_logits(est: Any, features: np.ndarray) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- torch
 def _to_float(x_uint8: np.ndarray):
-    import torch
+    import torch  # deferred: loads torch
 
     return torch.from_numpy(np.ascontiguousarray(x_uint8)).float().div_(255.0)[:, None].expand(-1, 3, -1, -1)
 
@@ -120,18 +120,18 @@ class _Augmenter:
         self.sigma = float(recipe.get("sigma", 0.3))
         self.g = generator
         if self.kind == "augmix":
-            from torchvision.transforms import v2
+            from torchvision.transforms import v2  # deferred: loads Pillow, loads torch
 
             self.augmix = v2.AugMix()  # torchvision defaults: severity 3, width 3, depth 1-3, alpha 1
         elif self.kind == "noise2net":
-            from shiftbench.shifts.noise2net import Noise2Net
+            from shiftbench.shifts.noise2net import Noise2Net  # deferred: registers on import
 
             self.noise2net = Noise2Net(p=1.0, seed=int(recipe.get("seed", 0)))
         elif self.kind not in (None, "gaussian"):
             raise ConfigError(f"unknown augmentation {self.kind!r}; use augmix, noise2net or gaussian")
 
     def __call__(self, x: Any) -> Any:
-        import torch
+        import torch  # deferred: loads torch
 
         if self.kind is None:
             return x
@@ -158,9 +158,9 @@ def _attack(recipe: dict[str, Any], model: Any, x: Any, y: Any, g: Any) -> Any:
     was_training = model.training
     model.eval()
     try:
-        import torch
+        import torch  # deferred: loads torch
 
-        from shiftbench.shifts.adversarial import pgd
+        from shiftbench.shifts.adversarial import pgd  # deferred: registers on import
 
         gens = [torch.Generator().manual_seed(int(s)) for s in torch.randint(0, 2**62, (len(x),), generator=g)]
         out = pgd(model, x, y, norm, eps, steps=steps, generators=gens)
@@ -173,11 +173,11 @@ def _fit(net: Any, x_uint8: np.ndarray, y: np.ndarray, recipe: dict[str, Any], e
          seed: int, on_step: Any = None) -> None:
     """Adam on cross-entropy for ``epochs`` passes (a fractional epoch stops early), with the
     recipe's augmentation or adversarial training."""
-    import torch
-    import torch.nn.functional as F
+    import torch  # deferred: loads torch
+    import torch.nn.functional as F  # deferred: loads torch
 
-    from shiftbench.demo.archs import DIGITS_PREPROCESSING
-    from shiftbench.models.wrapper import Normalized
+    from shiftbench.demo.archs import DIGITS_PREPROCESSING  # deferred: loads Pillow, loads pyarrow
+    from shiftbench.models.wrapper import Normalized  # deferred: loads torch
 
     g = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)  # AugMix draws from torch's global RNG
@@ -216,9 +216,9 @@ def _fit(net: Any, x_uint8: np.ndarray, y: np.ndarray, recipe: dict[str, Any], e
 def train_torch(recipe: dict[str, Any], train_x: np.ndarray, train_y: np.ndarray,
                 fashion: tuple[np.ndarray, np.ndarray] | None = None) -> Any:
     """Train the recipe's network; returns it (eval mode, CPU)."""
-    import torch
+    import torch  # deferred: loads torch
 
-    from shiftbench.models.registry import build_arch
+    from shiftbench.models.registry import build_arch  # deferred: registers on import
 
     seed = int(recipe.get("seed", 0))
     torch.manual_seed(seed)

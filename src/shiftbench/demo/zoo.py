@@ -86,7 +86,7 @@ def _sk(name: str, estimator: str, params: dict[str, Any] | None = None, n_train
 
 
 def _net(kind: str, size: int, epochs: int, n_train: int | None = None, small: bool = False) -> ZooModel:
-    from shiftbench.demo.archs import arch_name
+    from shiftbench.demo.archs import arch_name  # deferred: loads Pillow, loads pyarrow
 
     name = f"{kind}-{'w' if kind == 'cnn' else 'h'}{size}-e{epochs}" + (f"-n{n_train}" if n_train else "")
     recipe = {"framework": "torch", "arch": arch_name(kind, size), "epochs": epochs, "n_train": n_train,
@@ -146,7 +146,7 @@ def build_zoo() -> list[ZooModel]:
 
 
 def _has(module: str) -> bool:
-    import importlib.util
+    import importlib.util  # deferred: registers on import
 
     return importlib.util.find_spec(module) is not None
 
@@ -161,7 +161,7 @@ def select_zoo(models: str | list[str] = "all") -> list[ZooModel]:
         return [m for m in zoo if m.small]
     if isinstance(models, str):
         models = [m.strip() for m in models.split(",") if m.strip()]
-    from shiftbench.errors import did_you_mean
+    from shiftbench.errors import did_you_mean  # deferred: registers on import
 
     unknown = [m for m in models if m not in by_name]
     if unknown:
@@ -222,12 +222,12 @@ def save_model(workspace: Path | str, m: ZooModel, model: Any, info: dict[str, A
     """Write the trained model, then its JSON (the commit marker), both atomically."""
     weights = weights_path(workspace, m.name, m.suffix)
     if m.framework == "torch":
-        from safetensors.torch import save_file
+        from safetensors.torch import save_file  # deferred: loads safetensors, loads torch
 
         state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
         _atomic(weights, lambda tmp: save_file(state, tmp))
     else:
-        import skops.io as sio
+        import skops.io as sio  # deferred: loads scikit-learn, loads scipy, loads skops, loads torch
 
         if hasattr(model, "_optimizer"):
             model._optimizer = None  # only needed to continue training; keeps the file to trusted types
@@ -241,7 +241,7 @@ def save_model(workspace: Path | str, m: ZooModel, model: Any, info: dict[str, A
 
 def load_sklearn(workspace: Path | str, m: ZooModel) -> tuple[Any, str]:
     """The cached estimator of ``m`` (verified against its recorded sha256) and that sha256."""
-    import skops.io as sio
+    import skops.io as sio  # deferred: loads scikit-learn, loads scipy, loads skops, loads torch
 
     meta_file = meta_path(workspace, m.name)
     if not meta_file.exists():
@@ -285,12 +285,12 @@ def current_workspace() -> Path:
 
 
 def _sklearn_module(est: Any, m: ZooModel, fingerprint: str) -> Any:
-    import torch
-    from torch import nn
+    import torch  # deferred: loads torch
+    from torch import nn  # deferred: loads torch
 
-    from shiftbench.demo.archs import DIGIT_NAMES
-    from shiftbench.demo.training import sklearn_logits
-    from shiftbench.models.base import Preprocessing
+    from shiftbench.demo.archs import DIGIT_NAMES  # deferred: loads Pillow, loads pyarrow
+    from shiftbench.demo.training import sklearn_logits  # deferred: loads Pillow, loads pyarrow
+    from shiftbench.models.base import Preprocessing  # deferred: registers on import
 
     class SklearnDigits(nn.Module):
         """A fitted scikit-learn estimator as a module: greyscale pixels in, scores out."""

@@ -10,7 +10,7 @@ __all__ = ["evaluate", "EvalRequest", "Executor", "LocalExecutor", "RayExecutor"
 def __getattr__(name: str):
     """``RayExecutor`` is imported on first use."""
     if name == "RayExecutor":
-        from shiftbench.engine.ray_executor import RayExecutor
+        from shiftbench.engine.ray_executor import RayExecutor  # deferred: loads Pillow, loads pyarrow
 
         return RayExecutor
     raise AttributeError(f"module 'shiftbench.engine' has no attribute {name!r}")

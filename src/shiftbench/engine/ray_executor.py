@@ -22,9 +22,9 @@ from shiftbench.errors import ConfigError
 
 def _run_slice(request: EvalRequest) -> pd.DataFrame:
     """A Ray task: one (model × dataset group) slice, run here, recorded with this node's id."""
-    import ray
+    import ray  # deferred: loads ray
 
-    from shiftbench.engine.executor import LocalExecutor
+    from shiftbench.engine.executor import LocalExecutor  # deferred: loads Pillow, loads pyarrow
 
     ctx = ray.get_runtime_context()
     return LocalExecutor(run_meta={"executor": "ray", "ray_node_id": ctx.get_node_id(),
@@ -48,7 +48,7 @@ class RayExecutor:
         """``progress`` is not shown (the passes run on the workers); the argument keeps the
         :class:`~shiftbench.engine.executor.Executor` interface."""
         try:
-            import ray
+            import ray  # deferred: loads ray
         except ImportError as exc:  # pragma: no cover - ray is installed by the Makefile
             raise ConfigError("--executor ray needs Ray: pip install 'shiftbench[ray]'") from exc
         started_here = not ray.is_initialized()

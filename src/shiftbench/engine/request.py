@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from shiftbench.errors import ConfigError
+from shiftbench.models.base import LoadedModel
 from shiftbench.settings import Setting, check_convention, get_setting
 from shiftbench.store.store import DEFAULT_STORE, Store
 
@@ -54,7 +55,6 @@ class EvalRequest:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        from shiftbench.models.base import LoadedModel
 
         if not self.models:
             raise ConfigError("no model given; pass --model SPEC (shiftbench.evaluate(model, ...))")

@@ -13,6 +13,7 @@ reason, counted in ``n_skipped`` and listed in the result.
 """
 from __future__ import annotations
 
+import inspect
 import math
 import platform
 import sys
@@ -26,17 +27,22 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
+from rich.text import Text
 
-import shiftbench
 from shiftbench.datasets.base import ImageDataset, ImageDecodeError
-from shiftbench.errors import ConfigError, ShiftbenchError, ShiftError
-from shiftbench.models.base import LoadedModel
 from shiftbench.engine.request import EvalRequest
+from shiftbench.errors import ConfigError, ShiftbenchError, ShiftError
+from shiftbench.models import check_logits, load_model
+from shiftbench.models.base import LoadedModel
 from shiftbench.settings import Setting
 from shiftbench.shifts import get_shift
 from shiftbench.store.store import DEFAULT_STORE, Store, digest
+from shiftbench.version import __version__
+from shiftbench.views import calibration, pm_k
 
-VERSION_KEY = ".".join(shiftbench.__version__.split(".")[:2])
+VERSION_KEY = ".".join(__version__.split(".")[:2])
 RESULT_KEYS = ["model", "setting", "accuracy", "top5", "n_examples", "n_skipped"]
 ProgressFn = Callable[[str, int, int], None]
 
@@ -52,7 +58,7 @@ class _Decoded:
         return len(self.dataset)
 
     def __getitem__(self, i: int):
-        import torch
+        import torch  # deferred: loads torch
 
         try:
             return self.transform(self.dataset.load(i)), i, ""
@@ -128,7 +134,6 @@ def _part_table(job: _Job, dataset: ImageDataset, idx: np.ndarray, logits: np.nd
 
 def summarise(frame: pd.DataFrame, setting: Setting) -> dict[str, Any]:
     """Accuracy, top-5, counts and calibration of one key's per-example rows."""
-    from shiftbench.views import calibration, pm_k
 
     ok = frame[frame["status"] == "ok"]
     skipped = frame[frame["status"] != "ok"]
@@ -189,7 +194,7 @@ class Pass:
                                  "setting": s.name, "dataset": dataset.name, "convention": conv,
                                  "shift": None if shift is None else shift.id, "seed": seed,
                                  "preprocessing": model.preprocessing.to_dict(), "pass": self.pass_key,
-                                 "n_examples_in_dataset": len(dataset), "version": shiftbench.__version__})
+                                 "n_examples_in_dataset": len(dataset), "version": __version__})
             if force:
                 store.forget(key)
             self.jobs.append(_Job(s, view, key, np.asarray(view.keep(dataset.targets), dtype=bool)))
@@ -228,7 +233,7 @@ class Pass:
 
     def forward(self, module: Any, x: Any, idx: Any, errors: Sequence[str], expected: int) -> np.ndarray:
         """Logits of this pass for one decoded batch: the shift (if any) on [0, 1] pixels, then the model."""
-        import torch
+        import torch  # deferred: loads torch
 
         if self.shift is not None:
             x = self._shifted(module, x, idx).contiguous(memory_format=torch.channels_last)
@@ -239,7 +244,7 @@ class Pass:
     def _shifted(self, module: Any, x: Any, idx: Any) -> Any:
         """The batch under this pass's shift; an unexpected failure inside the shift becomes a
         one-line :class:`ShiftError` naming the shift and its settings (ShiftbenchErrors pass)."""
-        import torch
+        import torch  # deferred: loads torch
 
         try:
             if self.shift.needs_model:
@@ -270,7 +275,7 @@ class Pass:
                                model_type=self.model.metadata.get("model_type", "UNKNOWN"),
                                arch=self.model.metadata.get("arch"), tags=list(self.model.metadata.get("tags", ())),
                                preprocessing=self.model.preprocessing.to_dict(), weights=self.model.fingerprint,
-                               version=shiftbench.__version__)
+                               version=__version__)
                 self.store.finish(job.key, summary)
             rows.append(self.store._read_json(self.store.root / "done" / f"{job.key}.json"))
         return rows
@@ -301,7 +306,7 @@ def run_dataset(passes: Sequence[Pass], *, device: str, batch_size: int, workers
                 on_images: Callable[[int], None]) -> None:
     """Decode each needed image of the dataset once and feed every pass (clean and each shift);
     on CPU in slices of :data:`CPU_SLICE_BYTES`."""
-    import torch
+    import torch  # deferred: loads torch
 
     if not passes:
         return
@@ -363,7 +368,6 @@ def expected_width(dataset: ImageDataset, views: Sequence[Any] = ()) -> int:
 
 
 def _check_logits(logits: np.ndarray, model: LoadedModel, errors: Sequence[str], expected: int) -> None:
-    from shiftbench.models import check_logits
 
     good = np.array([not e for e in errors], dtype=bool)
     if good.any():
@@ -372,20 +376,19 @@ def _check_logits(logits: np.ndarray, model: LoadedModel, errors: Sequence[str],
 
 # ---------------------------------------------------------------------------- one model, one dataset
 def default_device() -> str:
-    import torch
+    import torch  # deferred: loads torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def load_for(model: str | LoadedModel, request: EvalRequest, device: str) -> LoadedModel:
     """The request's ``model`` loaded (``model_type``/``arch`` applied) and moved to ``device``."""
-    from shiftbench.models import load_model
 
     loaded = model if isinstance(model, LoadedModel) else load_model(model, model_type=request.model_type,
                                                                      arch=request.arch)
     loaded.module.to(device).eval()
     try:
-        import torch
+        import torch  # deferred: loads torch
 
         loaded.module.to(memory_format=torch.channels_last)
     except Exception:  # noqa: BLE001 - channels-last is an optimisation only
@@ -444,7 +447,7 @@ def run_model(model: str | LoadedModel, groups: Sequence[Sequence[Setting]], req
     loaded = load_for(model, request, device)
     prepared = [DatasetPasses.prepare(loaded, g, request, store, notes=progress is True) for g in groups]
     meta = {"model": loaded.name, "spec": loaded.spec, "settings": [s.name for g in groups for s in g],
-            "device": device, "shiftbench": shiftbench.__version__, "torch": _torch_version(),
+            "device": device, "shiftbench": __version__, "torch": _torch_version(),
             "python": platform.python_version(), "preprocessing": loaded.preprocessing.to_dict(),
             "batch_size": request.batch_size, "workers": request.workers, "limit": request.limit,
             **dict(run_meta or {}), "started": time.time()}
@@ -535,7 +538,7 @@ def evaluate(
     DataFrame with ``model, setting, accuracy, top5, n_examples, n_skipped`` (accuracies in
     percent) plus ``convention``, calibration (``ece``, ``nll``, ``brier``) and ``skipped_files``.
     """
-    from shiftbench.engine.executor import LocalExecutor
+    from shiftbench.engine.executor import LocalExecutor  # deferred: loads Pillow, loads pyarrow
 
     request = EvalRequest.build(
         model, settings, data_root=data_root, data_dirs=data_dirs, store=store, batch_size=batch_size,
@@ -554,9 +557,8 @@ def _imagenet_outputs(model: LoadedModel, group: Sequence[Setting]) -> int | Non
 
 def _load(name: str, data_root: Any, data_dirs: Any, args: dict[str, Any], partial: bool,
           model_outputs: int | None = None) -> ImageDataset:
-    import inspect
 
-    from shiftbench.datasets import get_dataset_entry, load_dataset
+    from shiftbench.datasets import get_dataset_entry, load_dataset  # deferred: loads Pillow
 
     params = inspect.signature(get_dataset_entry(name).builder).parameters
     if partial and "strict" in params:
@@ -567,7 +569,7 @@ def _load(name: str, data_root: Any, data_dirs: Any, args: dict[str, Any], parti
 
 
 def _torch_version() -> str:
-    import torch
+    import torch  # deferred: loads torch
 
     return torch.__version__
 
@@ -587,13 +589,9 @@ class _progress:
             return lambda desc, k, total: fn(desc or "", k, total or 0)
         if not self.progress:
             return lambda desc, k, total: None
-        from rich.console import Console
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn,
-                                   TimeRemainingColumn)
 
         class _Rate(TextColumn):
             def render(self, task):  # images/s
-                from rich.text import Text
 
                 speed = task.finished_speed or task.speed
                 return Text(f"{speed:,.1f} img/s" if speed else "… img/s")

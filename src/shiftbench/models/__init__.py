@@ -38,25 +38,39 @@ models that cannot be built or loaded are :class:`~shiftbench.errors.ModelError`
 """
 from __future__ import annotations
 
-from shiftbench.models.base import IMAGENET_MEAN, IMAGENET_STD, LoadedModel, Preprocessing
-from shiftbench.models.checks import check_logits
-from shiftbench.models.registry import (ARCHS, BUILTINS, SOURCES, Built, ModelSpec, build_arch, list_builtins,
-                                        list_sources, load_model, load_plugins, parse_spec, register_arch, register_arch_source,
-                                        register_builtin, register_source)
+from shiftbench.models import builtin as _builtin  # noqa: E402,F401
+from shiftbench.models import checkpoint as _checkpoint  # noqa: E402,F401
+from shiftbench.models import open_clip_source as _open_clip_source  # noqa: E402,F401
+from shiftbench.models import python_source as _python_source  # noqa: E402,F401
+from shiftbench.models import timm_source as _timm_source  # noqa: E402,F401
 
 # each module below registers its source / architectures / built-ins on import (nothing else)
 from shiftbench.models import torchvision_source as _torchvision_source  # noqa: E402,F401
-from shiftbench.models import timm_source as _timm_source  # noqa: E402,F401
-from shiftbench.models import checkpoint as _checkpoint  # noqa: E402,F401
-from shiftbench.models import python_source as _python_source  # noqa: E402,F401
-from shiftbench.models import open_clip_source as _open_clip_source  # noqa: E402,F401
-from shiftbench.models import builtin as _builtin  # noqa: E402,F401
+from shiftbench.models.base import IMAGENET_MEAN, IMAGENET_STD, LoadedModel, Preprocessing
 from shiftbench.models.checkpoint import read_state_dict  # noqa: E402
+from shiftbench.models.checks import check_logits
+from shiftbench.models.registry import (
+    ARCHS,
+    BUILTINS,
+    SOURCES,
+    Built,
+    ModelSpec,
+    build_arch,
+    list_builtins,
+    list_sources,
+    load_model,
+    load_plugins,
+    parse_spec,
+    register_arch,
+    register_arch_source,
+    register_builtin,
+    register_source,
+)
 
 
 def __getattr__(name: str):  # Normalized subclasses torch.nn.Module: import torch only when used
     if name == "Normalized":
-        from shiftbench.models.wrapper import Normalized
+        from shiftbench.models.wrapper import Normalized  # deferred: loads torch
 
         return Normalized
     raise AttributeError(f"module 'shiftbench.models' has no attribute {name!r}")

@@ -50,8 +50,8 @@ class Preprocessing:
 
     def transform(self):  # -> Callable[[PIL.Image.Image], torch.Tensor]
         """torchvision transform: PIL RGB image -> float tensor ``(3, input_size, input_size)`` in [0, 1]."""
-        from torchvision.transforms import v2 as T
-        import torch
+        import torch  # deferred: loads torch
+        from torchvision.transforms import v2 as T  # deferred: loads Pillow, loads torch
 
         modes = {"nearest": T.InterpolationMode.NEAREST, "bilinear": T.InterpolationMode.BILINEAR,
                  "bicubic": T.InterpolationMode.BICUBIC, "lanczos": T.InterpolationMode.LANCZOS}

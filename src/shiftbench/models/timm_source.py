@@ -21,13 +21,20 @@ from typing import Any
 from shiftbench.errors import ConfigError, ModelError, did_you_mean
 from shiftbench.model_types import classify_pretrain, timm_arch_pretrain
 from shiftbench.models.base import Preprocessing
-from shiftbench.models.registry import (Built, ModelSpec, is_unsafe_pickle_error, refused_pickle_message,
-                                        register_arch_source, register_source, untrained_fingerprint,
-                                        weights_only_loads)
+from shiftbench.models.registry import (
+    Built,
+    ModelSpec,
+    is_unsafe_pickle_error,
+    refused_pickle_message,
+    register_arch_source,
+    register_source,
+    untrained_fingerprint,
+    weights_only_loads,
+)
 
 
 def _check_name(name: str) -> None:
-    import timm
+    import timm  # deferred: loads Pillow, loads safetensors, loads torch
 
     arch, _, tag = name.partition(".")
     if not timm.is_model(arch):
@@ -89,8 +96,13 @@ class TimmPreprocessing(Preprocessing):
 
     def transform(self):  # -> Callable[[PIL.Image.Image], torch.Tensor]
         """The steps of ``timm.data.create_transform(is_training=False, ...)`` before ``Normalize``."""
-        from timm.data.transforms import CenterCropOrPad, MaybeToTensor, ResizeKeepRatio, str_to_interp_mode
-        from torchvision import transforms
+        from timm.data.transforms import (  # deferred: loads Pillow, loads safetensors, loads torch
+            CenterCropOrPad,
+            MaybeToTensor,
+            ResizeKeepRatio,
+            str_to_interp_mode,
+        )
+        from torchvision import transforms  # deferred: loads Pillow, loads torch
 
         size, scale = self.input_hw, self.resize_hw
         if self.crop_mode == "squash":
@@ -109,7 +121,7 @@ class TimmPreprocessing(Preprocessing):
 
 def preprocessing_from_config(cfg: dict[str, Any]) -> TimmPreprocessing:
     """:class:`TimmPreprocessing` of a resolved timm data config (``resolve_data_config``)."""
-    from timm.data.transforms import str_to_interp_mode
+    from timm.data.transforms import str_to_interp_mode  # deferred: loads Pillow, loads safetensors, loads torch
 
     unknown = sorted(set(cfg) - DATA_CONFIG_FIELDS)
     if unknown:
@@ -132,7 +144,7 @@ def preprocessing_from_config(cfg: dict[str, Any]) -> TimmPreprocessing:
 
 def preprocessing_of(model: Any) -> tuple[TimmPreprocessing, dict[str, Any]]:
     """``(TimmPreprocessing, data config)`` of a timm model from its pretrained config."""
-    from timm.data import resolve_data_config
+    from timm.data import resolve_data_config  # deferred: loads Pillow, loads safetensors, loads torch
 
     cfg = resolve_data_config({}, model=model)
     return preprocessing_from_config(cfg), cfg
@@ -146,13 +158,13 @@ def model_type_of(name: str) -> tuple[str, str, str]:
 
 
 def _build(name: str, num_classes: int | None, pretrained: bool, spec_text: str) -> Built:
-    import timm
+    import timm  # deferred: loads Pillow, loads safetensors, loads torch
 
     name = name.strip()
     _check_name(name)
     kwargs = {} if num_classes is None else {"num_classes": num_classes}
     if pretrained and num_classes is not None:
-        from timm.models import get_pretrained_cfg
+        from timm.models import get_pretrained_cfg  # deferred: loads Pillow, loads safetensors, loads torch
 
         cfg = get_pretrained_cfg(name)
         if cfg is not None and cfg.num_classes != num_classes:

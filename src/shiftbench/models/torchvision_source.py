@@ -13,16 +13,23 @@ from typing import Any
 
 from shiftbench.errors import ConfigError, ModelError, did_you_mean
 from shiftbench.models.base import INTERPOLATIONS, Preprocessing
-from shiftbench.models.registry import (Built, ModelSpec, is_unsafe_pickle_error, refused_pickle_message,
-                                        register_arch_source, register_source, untrained_fingerprint,
-                                        weights_only_loads)
+from shiftbench.models.registry import (
+    Built,
+    ModelSpec,
+    is_unsafe_pickle_error,
+    refused_pickle_message,
+    register_arch_source,
+    register_source,
+    untrained_fingerprint,
+    weights_only_loads,
+)
 
 REFERENCE_WEIGHTS = "IMAGENET1K_V1"
 
 
 def _builder_and_weights(target: str) -> tuple[str, Any, Any]:
     """``(builder name, builder, weights enum member)`` for ``<builder>[@<WEIGHTS>]``."""
-    import torchvision.models as tvm
+    import torchvision.models as tvm  # deferred: loads Pillow, loads torch
 
     builder_name, _, weights_name = target.strip().partition("@")
     names = tvm.list_models(module=tvm)
@@ -88,7 +95,7 @@ def _build(target: str, num_classes: int | None, pretrained: bool, spec_text: st
             if is_unsafe_pickle_error(exc):
                 raise ModelError(refused_pickle_message(f"the cached torchvision weights for {spec_text}",
                                                         exc)) from exc
-            import torch.hub
+            import torch.hub  # deferred: loads torch
 
             file = weights.url.rsplit("/", 1)[-1]
             raise ModelError(

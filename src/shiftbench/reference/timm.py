@@ -31,7 +31,7 @@ from __future__ import annotations
 import pandas as pd
 
 from shiftbench.model_types import UNKNOWN_TYPE, classify_pretrain, timm_arch_pretrain
-from shiftbench.reference import data_path, register_testbed
+from shiftbench.reference import data_path, load_testbed, register_testbed
 from shiftbench.testbed import Testbed
 
 #: timm results file stem -> (shiftbench setting, number of test examples)
@@ -87,7 +87,6 @@ def timm_reference() -> Testbed:
 
 def unclassified_models() -> list[str]:
     """timm-reference models whose type the rules could not derive (type ``UNKNOWN``)."""
-    from shiftbench.reference import load_testbed
 
     tb = load_testbed("timm-reference")
     return [m for m in tb.models if tb.model_types[m] == UNKNOWN_TYPE]

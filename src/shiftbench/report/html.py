@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import importlib
 import os
+import pkgutil
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -38,7 +40,7 @@ from shiftbench.analysis.scaling import check_scale
 from shiftbench.errors import ConfigError, did_you_mean
 from shiftbench.reference import data_notes
 from shiftbench.report.figures import FORMATS
-from shiftbench.report.sections import ReportContext, Rendered, TestbedReport, esc, render_sections
+from shiftbench.report.sections import Rendered, ReportContext, TestbedReport, esc, render_sections
 from shiftbench.report.shifts import NATURAL_SHIFTS, ShiftPair, analyse_shift
 from shiftbench.testbed import Testbed
 
@@ -46,10 +48,8 @@ from shiftbench.testbed import Testbed
 def _import_section_modules() -> None:
     """Import every ``shiftbench.report.section_*`` module: each registers its sections (a module
     that re-registers an existing key replaces that section and keeps its place)."""
-    import importlib
-    import pkgutil
 
-    import shiftbench.report as package
+    import shiftbench.report as package  # deferred: loads Pillow, loads matplotlib, loads plotly, loads pyarrow
 
     for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
         if info.name.startswith("section_"):
@@ -69,7 +69,7 @@ def _asset(name: str) -> str:
 
 
 def _plotly_js() -> str:
-    from plotly.offline import get_plotlyjs
+    from plotly.offline import get_plotlyjs  # deferred: loads plotly
 
     return get_plotlyjs()
 
@@ -125,7 +125,7 @@ def _testbed_dirname(name: str, taken: set[str]) -> str:
 def _open_store(store: str | Path | None):
     if store is None:
         return None
-    from shiftbench.store import Store
+    from shiftbench.store import Store  # deferred: loads pyarrow
 
     path = Path(store)
     if not path.is_dir():

@@ -94,7 +94,7 @@ def plot_replication(study: pd.DataFrame, meta: Mapping[str, Any], *, title: str
     and -- with a reference and ``per_class`` -- a second panel of per-class means (one point
     per class, diagonal ``y = x``). The first axes' bar patches are the reference's bars (when
     there is a reference) followed by the replicated set's, in bin order."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: loads Pillow, loads matplotlib
 
     bins, classes = study_parts(study)
     ref = has_reference(bins)

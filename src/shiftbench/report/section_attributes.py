@@ -18,7 +18,15 @@ import plotly.graph_objects as go
 from shiftbench.errors import ShiftbenchError
 from shiftbench.report.interactive import plotly_text
 from shiftbench.report.sections import (
-    Rendered, ReportContext, Section, TestbedReport, esc, register_section, section_html, small_table)
+    Rendered,
+    ReportContext,
+    Section,
+    TestbedReport,
+    esc,
+    register_section,
+    section_html,
+    small_table,
+)
 from shiftbench.studies.attributes import STUDY_KIND
 
 REQUIRED = {"split", "kind", "n", "accuracy"}

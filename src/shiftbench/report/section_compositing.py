@@ -12,10 +12,19 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from shiftbench.report.interactive import EXTRA_COLOURS, _layout, _round, plotly_text
 from shiftbench.report.figures import TYPE_STYLE
-from shiftbench.report.sections import (Rendered, ReportContext, Section, TestbedReport, esc, register_section,
-                                        section_html, slug, small_table)
+from shiftbench.report.interactive import EXTRA_COLOURS, _layout, _round, plotly_text
+from shiftbench.report.sections import (
+    Rendered,
+    ReportContext,
+    Section,
+    TestbedReport,
+    esc,
+    register_section,
+    section_html,
+    slug,
+    small_table,
+)
 from shiftbench.studies.compositing import STUDY_KIND, heatmap_from_study
 
 PALETTE = tuple(c for c, _ in TYPE_STYLE.values()) + EXTRA_COLOURS
@@ -71,7 +80,7 @@ def heatmap_figure(rows: pd.DataFrame, *, title: str) -> go.Figure:
 def plot_compositing(rows: pd.DataFrame, *, title: str):
     """Static twin: accuracy per size and per rotation (one line per model), then one location map
     per model (accuracy over its 95th percentile)."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: loads Pillow, loads matplotlib
 
     models = sorted(rows["model"].unique())
     fig, axes = plt.subplots(1, 2 + len(models), figsize=(4.2 * (2 + len(models)), 3.8), dpi=120, squeeze=False)

@@ -6,7 +6,15 @@ from shiftbench.analysis.diagnostics import flagged, trend_diagnostics
 from shiftbench.analysis.scaling import SCALES
 from shiftbench.report.metric_figures import plot_r2_heatmap, r2_heatmap_figure
 from shiftbench.report.sections import (
-    ReportContext, Rendered, Section, TestbedReport, esc, register_section, section_html, small_table)
+    Rendered,
+    ReportContext,
+    Section,
+    TestbedReport,
+    esc,
+    register_section,
+    section_html,
+    small_table,
+)
 
 
 @register_section

@@ -5,7 +5,15 @@ from __future__ import annotations
 from shiftbench.analysis.informativeness import informativeness_groups, informativeness_ranking, top_informative
 from shiftbench.report.metric_figures import informativeness_figure, plot_informativeness
 from shiftbench.report.sections import (
-    ReportContext, Rendered, Section, TestbedReport, esc, register_section, section_html, small_table)
+    Rendered,
+    ReportContext,
+    Section,
+    TestbedReport,
+    esc,
+    register_section,
+    section_html,
+    small_table,
+)
 
 
 def _id_setting(tb: TestbedReport) -> str | None:

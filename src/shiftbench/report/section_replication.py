@@ -11,10 +11,25 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from shiftbench.report.replication_figures import (class_means_figure, has_reference, plot_replication,
-                                                   replication_figure, replication_title, study_parts)
-from shiftbench.report.sections import (Rendered, ReportContext, Section, TestbedReport, esc, register_section,
-                                        section_html, slug, small_table)
+from shiftbench.report.replication_figures import (
+    class_means_figure,
+    has_reference,
+    plot_replication,
+    replication_figure,
+    replication_title,
+    study_parts,
+)
+from shiftbench.report.sections import (
+    Rendered,
+    ReportContext,
+    Section,
+    TestbedReport,
+    esc,
+    register_section,
+    section_html,
+    slug,
+    small_table,
+)
 from shiftbench.studies.replication import STUDY_KIND
 
 

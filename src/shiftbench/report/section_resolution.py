@@ -13,10 +13,19 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from shiftbench.report.interactive import EXTRA_COLOURS, _layout, _round, plotly_text
 from shiftbench.report.figures import TYPE_STYLE
-from shiftbench.report.sections import (Rendered, ReportContext, Section, TestbedReport, esc, register_section,
-                                        section_html, slug, small_table)
+from shiftbench.report.interactive import EXTRA_COLOURS, _layout, _round, plotly_text
+from shiftbench.report.sections import (
+    Rendered,
+    ReportContext,
+    Section,
+    TestbedReport,
+    esc,
+    register_section,
+    section_html,
+    slug,
+    small_table,
+)
 from shiftbench.studies.resolution import STUDY_KIND
 
 PALETTE = tuple(c for c, _ in TYPE_STYLE.values()) + EXTRA_COLOURS
@@ -77,7 +86,7 @@ def resolution_figure(rows: pd.DataFrame, *, title: str) -> go.Figure:
 
 def plot_resolution(rows: pd.DataFrame, *, title: str):
     """The static (matplotlib) twin of :func:`resolution_figure`."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: loads Pillow, loads matplotlib
 
     fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
     for i, (model, sub) in enumerate(rows.groupby("model", sort=True)):

@@ -13,11 +13,20 @@ from __future__ import annotations
 import pandas as pd
 
 from shiftbench.analysis.similarity import STANDARD, model_similarity, unsolved_examples
-from shiftbench.correctness import correctness_matrix, similarity_settings
 from shiftbench.analysis.trajectory import is_checkpoint
+from shiftbench.correctness import correctness_matrix, similarity_settings
 from shiftbench.errors import ShiftbenchError
 from shiftbench.report.sections import (
-    Rendered, ReportContext, Section, TestbedReport, esc, register_section, section_html, slug, small_table)
+    Rendered,
+    ReportContext,
+    Section,
+    TestbedReport,
+    esc,
+    register_section,
+    section_html,
+    slug,
+    small_table,
+)
 from shiftbench.report.similarity_figures import MAX_MODELS, plot_similarity_matrices, similarity_heatmap
 
 MAX_SETTINGS = 12

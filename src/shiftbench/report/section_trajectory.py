@@ -10,13 +10,26 @@ from __future__ import annotations
 
 import pandas as pd
 
-from shiftbench.analysis.trajectory import trajectory_effective_robustness, trajectory_summary
+from shiftbench.analysis.trajectory import is_checkpoint, trajectory_effective_robustness, trajectory_summary
 from shiftbench.analysis.trend import fit_trend
 from shiftbench.errors import ShiftbenchError
 from shiftbench.report.sections import (
-    ReportContext, Rendered, Section, TestbedReport, esc, register_section, section_html, slug, small_table)
+    Rendered,
+    ReportContext,
+    Section,
+    TestbedReport,
+    esc,
+    register_section,
+    section_html,
+    slug,
+    small_table,
+)
 from shiftbench.report.trajectory_figures import (
-    plot_trajectory, plot_trajectory_er, trajectory_er_figure, trajectory_figure)
+    plot_trajectory,
+    plot_trajectory_er,
+    trajectory_er_figure,
+    trajectory_figure,
+)
 from shiftbench.studies.trajectory import KIND
 
 
@@ -59,7 +72,6 @@ def _trend(ctx: ReportContext, tb: TestbedReport, x: str, y: str):
     for a in tb.analyses:
         if a.shift.x == x and a.shift.y == y and a.fit is not None and a.fit.kind == "linear":
             return a.fit, a.band
-    from shiftbench.analysis.trajectory import is_checkpoint
 
     models = tb.testbed.select([m for m in tb.testbed.models if not is_checkpoint(m)])
     return fit_trend(x, y, ctx.scale, testbed=models), None

@@ -31,12 +31,23 @@ import plotly.io as pio
 from shiftbench.analysis import most_effectively_robust
 from shiftbench.analysis.placement import fitted_on_note, place_models
 from shiftbench.analysis.synthetic import (
-    IMAGENET_C_PATTERN, STANDARD_LIKE, SYNTHETIC, complete_severities, corruption_correlations, corruption_settings,
-    synthetic_effective_robustness)
+    IMAGENET_C_PATTERN,
+    STANDARD_LIKE,
+    SYNTHETIC,
+    complete_severities,
+    corruption_correlations,
+    corruption_settings,
+    synthetic_effective_robustness,
+)
 from shiftbench.errors import ConfigError, ShiftbenchError
 from shiftbench.report.figures import (
-    FORMATS, plot_calibration, plot_corruption_correlation, plot_synthetic_vs_natural, plot_trend,
-    save_figure_formats)
+    FORMATS,
+    plot_calibration,
+    plot_corruption_correlation,
+    plot_synthetic_vs_natural,
+    plot_trend,
+    save_figure_formats,
+)
 from shiftbench.report.interactive import calibration_figure, correlation_bars, synthetic_figure, trend_figure
 from shiftbench.report.shifts import ShiftAnalysis, fits_table
 from shiftbench.report.tables import placement_table, write_table
@@ -148,7 +159,7 @@ class ReportContext:
     def static_figure(self, fig, stem: Path) -> str:
         """Save a matplotlib figure in every format; returns the links."""
         if not self.figure_formats:
-            import matplotlib.pyplot as plt
+            import matplotlib.pyplot as plt  # deferred: loads Pillow, loads matplotlib
 
             plt.close(fig)
             return ""

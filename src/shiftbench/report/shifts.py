@@ -15,7 +15,14 @@ from pathlib import Path
 import pandas as pd
 
 from shiftbench.analysis import (
-    Band, TrendFit, bootstrap_band, effective_robustness, most_effectively_robust, robustness_correlation)
+    Band,
+    TrendFit,
+    bootstrap_band,
+    effective_robustness,
+    most_effectively_robust,
+    robustness_correlation,
+)
+
 # the natural shifts and how each is fitted are pure data and code, shared with analysis.placement
 from shiftbench.analysis.placement import NATURAL_SHIFTS, ShiftPair, fit_shift, fitted_on_note, place_models
 from shiftbench.analysis.trend import DEFAULT_FIT_ON
@@ -23,7 +30,6 @@ from shiftbench.errors import ConfigError, ShiftbenchError, did_you_mean
 from shiftbench.report.figures import plot_trend, save_figure
 from shiftbench.report.tables import placement_table
 from shiftbench.testbed import Testbed
-
 
 #: Types left out of the correlation section: trained like the fit's models, so ~0 by design.
 CORRELATION_EXCLUDES = ("STANDARD", "LOW_ACCURACY_CNN")

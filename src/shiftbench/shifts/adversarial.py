@@ -65,7 +65,7 @@ def _random_start(shape: tuple[int, ...], norm: str, eps: float, generators: Seq
     l_inf: uniform in the cube ``[-eps, eps]^d``; l_2: uniform in the ball (a Gaussian direction,
     radius ``eps * u^(1/d)``).
     """
-    import torch
+    import torch  # deferred: loads torch
 
     d = math.prod(shape)
     out = []
@@ -131,8 +131,8 @@ def _check_pgd(where: str, norm: str, eps: float, steps: int) -> None:
 def _pgd(model: Any, x: Any, targets: Any, norm: str, eps: float, steps: int, step_size: float | None,
          random_start: bool, generators: Sequence[Any] | None) -> Any:
     """:func:`pgd` on checked arguments."""
-    import torch
-    import torch.nn.functional as F
+    import torch  # deferred: loads torch
+    import torch.nn.functional as F  # deferred: loads torch
 
     step = 2.5 * eps / steps if step_size is None and steps else float(step_size or 0.0)
     with torch.inference_mode(False), torch.enable_grad():

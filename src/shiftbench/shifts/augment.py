@@ -26,7 +26,7 @@ from shiftbench.shifts.base import image_seed
 def augmix_transform(severity: int = 3, mixture_width: int = 3, chain_depth: int = -1, alpha: float = 1.0,
                      all_ops: bool = True, interpolation: str = "bilinear") -> Any:
     """torchvision's ``v2.AugMix`` with these parameters (for a training ``Compose`` pipeline)."""
-    from torchvision.transforms import v2
+    from torchvision.transforms import v2  # deferred: loads Pillow, loads torch
 
     if not 1 <= severity <= 10:
         raise ConfigError(f"augmix: severity must be in 1..10, got {severity!r}")
@@ -47,8 +47,8 @@ def augmix(image: Any, *, seed: int | None = None, **params: Any) -> Any:
     >>> out.size, out.mode
     ((32, 32), 'RGB')
     """
-    import torch
-    from PIL import Image
+    import torch  # deferred: loads torch
+    from PIL import Image  # deferred: loads Pillow
 
     if isinstance(image, torch.Tensor):
         if image.dtype != torch.uint8:
@@ -73,7 +73,7 @@ def augmix_batch(x: Any, indices: Sequence[int] | None = None, seed: int = 0, **
     ``0..B-1``; pass dataset indices for draws that do not depend on the batch, or a different
     ``seed`` every epoch for fresh draws). Returns a float batch in [0, 1] on ``x``'s device.
     """
-    import torch
+    import torch  # deferred: loads torch
 
     if x.ndim != 4 or x.shape[1] != 3:
         raise ConfigError(f"augmix_batch: expects a (B, 3, H, W) batch, got {tuple(x.shape)}")

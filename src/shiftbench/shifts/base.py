@@ -17,6 +17,7 @@ dtype, not on every batch.
 from __future__ import annotations
 
 import hashlib
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -85,7 +86,7 @@ def image_seed(seed: int, shift_id: str, index: int) -> int:
 
 def image_generator(seed: int, shift_id: str, index: int, device: Any = "cpu") -> Any:
     """A ``torch.Generator`` for one image (see module docstring)."""
-    import torch
+    import torch  # deferred: loads torch
 
     g = torch.Generator(device=device)
     g.manual_seed(image_seed(seed, shift_id, index))
@@ -140,7 +141,6 @@ def list_shifts() -> dict[str, str]:
 
 
 def _load_builtin() -> None:
-    import importlib
 
     for module in ("shiftbench.shifts.corruptions", "shiftbench.shifts.adversarial", "shiftbench.shifts.noise2net",
                    "shiftbench.shifts.greyscale"):

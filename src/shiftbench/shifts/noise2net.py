@@ -69,7 +69,7 @@ class _Block:
 
 
 def _uniform(shape: tuple[int, ...], bound: float, g: Any) -> Any:
-    import torch
+    import torch  # deferred: loads torch
 
     return (torch.rand(shape, generator=g) * 2 - 1) * bound
 
@@ -77,7 +77,7 @@ def _uniform(shape: tuple[int, ...], bound: float, g: Any) -> Any:
 def _sample_image(g: Any, eps_range: tuple[float, float], hidden: int, scale: int, blocks: int
                   ) -> tuple[float, list[_Block]]:
     """``eps`` and every block's weights for one image, in a fixed draw order."""
-    import torch
+    import torch  # deferred: loads torch
 
     lo, hi = eps_range
     eps = lo + (hi - lo) * float(torch.rand((), generator=g))
@@ -103,9 +103,8 @@ def _sample_image(g: Any, eps_range: tuple[float, float], hidden: int, scale: in
 
 def _grouped(x: Any, weight: Any, bias: Any = None, dilation: int = 1) -> Any:
     """Per-image convolution: ``x`` (n, c, H, W), ``weight`` (n, o, c, k, k) -> (n, o, H, W)."""
-    import torch.nn.functional as F
-
-    import torch
+    import torch  # deferred: loads torch
+    import torch.nn.functional as F  # deferred: loads torch
 
     n, c, h, w = x.shape
     o, k = weight.shape[1], weight.shape[-1]
@@ -118,13 +117,13 @@ def _grouped(x: Any, weight: Any, bias: Any = None, dilation: int = 1) -> Any:
 
 
 def _norm(x: Any) -> Any:
-    import torch.nn.functional as F
+    import torch.nn.functional as F  # deferred: loads torch
 
     return F.group_norm(x, x.shape[1], eps=1e-5)  # = instance norm (one group per channel), faster on CPU
 
 
 def _block_forward(x: Any, params: Sequence[_Block], hidden: int, scale: int) -> Any:
-    import torch
+    import torch  # deferred: loads torch
 
     dev, dt = x.device, x.dtype
     n, _, h, w = x.shape
@@ -174,7 +173,7 @@ def noise2net(x: Any, generators: Sequence[Any], *, eps_range: tuple[float, floa
 def _apply_noise2net(x: Any, generators: Sequence[Any], eps_range: tuple[float, float], hidden_planes: int, scale: int,
                blocks: int, mean: Sequence[float], std: Sequence[float], chunk_size: int) -> Any:
     """:func:`noise2net` on checked arguments (the shift's and the module's inner call)."""
-    import torch
+    import torch  # deferred: loads torch
 
     m = torch.tensor([float(v) for v in mean], device=x.device, dtype=x.dtype).view(1, 3, 1, 1)
     s = torch.tensor([float(v) for v in std], device=x.device, dtype=x.dtype).view(1, 3, 1, 1)
@@ -230,7 +229,7 @@ def __getattr__(name: str) -> Any:  # Noise2Net subclasses torch.nn.Module: impo
 
 
 def _make_noise2net() -> type:
-    from torch import nn
+    from torch import nn  # deferred: loads torch
 
     class Noise2Net(nn.Module):
         """Noise2Net as a training augmentation: a fresh random network per image on every call.
@@ -251,7 +250,7 @@ def _make_noise2net() -> type:
         def __init__(self, eps_range: tuple[float, float] = EPS_RANGE, hidden_planes: int = HIDDEN_PLANES,
                      scale: int = SCALE, blocks: int = BLOCKS, p: float = 1.0, seed: int | None = None,
                      mean: Sequence[float] = MEAN, std: Sequence[float] = STD, chunk_size: int = 16) -> None:
-            import torch
+            import torch  # deferred: loads torch
 
             super().__init__()
             _check(eps_range, hidden_planes, scale, blocks)
@@ -263,7 +262,7 @@ def _make_noise2net() -> type:
             self.generator = None if seed is None else torch.Generator().manual_seed(int(seed))
 
         def forward(self, x: Any, generators: Sequence[Any] | None = None) -> Any:
-            import torch
+            import torch  # deferred: loads torch
 
             n = x.shape[0]
             if generators is None:

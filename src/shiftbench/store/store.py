@@ -221,7 +221,7 @@ class Store:
         The database file only holds view definitions over the Parquet parts and JSON files,
         so it is created once and never written by an evaluation.
         """
-        import duckdb
+        import duckdb  # deferred: loads duckdb
 
         db = self.root / DB_NAME
         if not db.exists():

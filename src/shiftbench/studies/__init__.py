@@ -17,13 +17,21 @@ replication     :class:`ReplicationConfig`      :func:`replicate`         ``repl
 Studies call the engine like any user (:func:`shiftbench.evaluate`); nothing below this package
 (engine, settings, shifts, datasets) imports it.
 """
-from shiftbench.studies.base import (
-    Study, StudyResult, as_store, get_study, list_studies, register_study, run_study, study_name)
-from shiftbench.studies.resolution import ResolutionConfig, ResolutionStudy, resolution_sweep
-from shiftbench.studies.compositing import CompositingConfig, CompositingStudy, compositing_study
-from shiftbench.studies.trajectory import Checkpoint, Trajectory, TrajectoryConfig, TrajectoryStudy
 from shiftbench.studies.attributes import AttributeConfig, AttributeStudy, attribute_splits
+from shiftbench.studies.base import (
+    Study,
+    StudyResult,
+    as_store,
+    get_study,
+    list_studies,
+    register_study,
+    run_study,
+    study_name,
+)
+from shiftbench.studies.compositing import CompositingConfig, CompositingStudy, compositing_study
 from shiftbench.studies.replication import ReplicationConfig, ReplicationStudy, replicate
+from shiftbench.studies.resolution import ResolutionConfig, ResolutionStudy, resolution_sweep
+from shiftbench.studies.trajectory import Checkpoint, Trajectory, TrajectoryConfig, TrajectoryStudy
 
 __all__ = [
     "Study", "StudyResult", "as_store", "get_study", "list_studies", "register_study", "run_study", "study_name",

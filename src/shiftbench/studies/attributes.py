@@ -24,6 +24,7 @@ from typing import Any
 
 import pandas as pd
 
+from shiftbench.analysis.intervals import accuracy_interval
 from shiftbench.datasets.attributes import AttributeSplits, Binning, carve_splits
 from shiftbench.errors import ConfigError
 from shiftbench.store.store import Store
@@ -82,7 +83,7 @@ class AttributeStudy(Study):
         if config.model is None:
             return StudyResult(STUDY_KIND, config.name or study_name(source), splits.sizes, splits.summary(),
                                value=splits)
-        from shiftbench.engine.runner import evaluate
+        from shiftbench.engine.runner import evaluate  # deferred: loads Pillow, loads pyarrow
 
         target = as_store(store)
         tests = [s for s in splits.names if s != "train"]
@@ -106,7 +107,6 @@ def split_accuracies(splits: AttributeSplits, accuracy: Mapping[str, float],
     ``settings``): ``split, kind, attribute, value, n, accuracy`` (``accuracy[settings[split]]``,
     percent), ``ci_low, ci_high`` (95% Clopper-Pearson, :func:`shiftbench.accuracy_interval`),
     ``drop`` (accuracy minus the id-test accuracy, points) and ``setting``."""
-    from shiftbench.analysis.intervals import accuracy_interval
 
     sizes = splits.sizes.set_index("split")
     rows = []

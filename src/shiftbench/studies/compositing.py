@@ -29,8 +29,10 @@ import pandas as pd
 
 from shiftbench.datasets.composite import CompositeDataset, register_composite_dataset
 from shiftbench.errors import ConfigError, DataError
+from shiftbench.settings import Setting, register_setting
 from shiftbench.store.store import Store
 from shiftbench.studies.base import Study, StudyResult, as_store, register_study, study_name
+from shiftbench.views import FullView
 
 
 # ---------------------------------------------------------------------------- the setting
@@ -44,11 +46,9 @@ def composite_setting(source: CompositeDataset | str | Path) -> str:
     :func:`shiftbench.evaluate`; the per-example rows are then in the store under the result's
     ``key``. Scored over all ``num_classes`` classes (top-1 / top-5).
     """
-    from shiftbench.datasets.registry import DATASETS, DatasetEntry
-    from shiftbench.settings import Setting, register_setting
+    from shiftbench.datasets.registry import DATASETS, DatasetEntry  # deferred: loads Pillow
 
     def full_view(_: str) -> Any:
-        from shiftbench.views import FullView
 
         return FullView()
 
@@ -156,8 +156,8 @@ class CompositingStudy(Study):
     description = "accuracy per factor of SI-SCORE-style composites (object size, location, rotation)"
 
     def run(self, config: CompositingConfig, store: str | Path | Store | None = None) -> StudyResult:
-        from shiftbench.datasets.registry import load_dataset
-        from shiftbench.engine.runner import evaluate
+        from shiftbench.datasets.registry import load_dataset  # deferred: loads Pillow
+        from shiftbench.engine.runner import evaluate  # deferred: loads Pillow, loads pyarrow
 
         spec, data_root, percentile = config.spec, config.data_root, config.percentile
         if not 0 < percentile <= 100:

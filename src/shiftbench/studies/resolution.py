@@ -38,6 +38,7 @@ from typing import Any
 import pandas as pd
 
 from shiftbench.errors import ConfigError, ShiftbenchError
+from shiftbench.models import LoadedModel, load_model
 from shiftbench.store.store import Store
 from shiftbench.studies.base import Study, StudyResult, as_store, register_study, study_name
 
@@ -99,8 +100,7 @@ class ResolutionStudy(Study):
     description = "a model's accuracy at each test resolution (FixRes)"
 
     def run(self, config: ResolutionConfig, store: str | Path | Store | None = None) -> StudyResult:
-        from shiftbench.engine.runner import evaluate
-        from shiftbench.models import LoadedModel, load_model
+        from shiftbench.engine.runner import evaluate  # deferred: loads Pillow, loads pyarrow
 
         model, setting, resolutions = config.model, config.setting, config.resolutions
         adjust = bool(config.adjust_resize_ratio)

@@ -40,12 +40,19 @@ from typing import Any
 import pandas as pd
 
 from shiftbench.analysis.trajectory import (
-    TRAJECTORY_COLUMNS, check_trajectory, checkpoint_name, trajectory_accuracies, trajectory_effective_robustness)
+    TRAJECTORY_COLUMNS,
+    check_trajectory,
+    checkpoint_name,
+    trajectory_accuracies,
+    trajectory_effective_robustness,
+)
 from shiftbench.errors import ConfigError, StoreError
 from shiftbench.models.base import LoadedModel, Preprocessing
+from shiftbench.models.registry import state_dict_sha256
 from shiftbench.store.files import file_lock
 from shiftbench.store.store import DEFAULT_STORE, Store
 from shiftbench.studies.base import Study, StudyResult, register_study
+from shiftbench.testbed import MODEL_TYPES
 
 KIND = "trajectory"
 #: Columns stored beside :data:`~shiftbench.analysis.trajectory.TRAJECTORY_COLUMNS`.
@@ -155,7 +162,6 @@ class Trajectory:
             raise ConfigError(f"trajectory {name!r}: id_setting {id_setting!r} is not one of its settings {names!r}")
         if preprocessing is not None and not isinstance(preprocessing, Preprocessing):
             raise ConfigError(f"trajectory {name!r}: preprocessing must be a shiftbench.models.Preprocessing")
-        from shiftbench.testbed import MODEL_TYPES
 
         if model_type not in MODEL_TYPES:
             raise ConfigError(f"trajectory {name!r}: model_type {model_type!r} is not one of {', '.join(MODEL_TYPES)}")
@@ -283,7 +289,6 @@ class Trajectory:
 
     def _loaded(self, model: Any, step: int) -> LoadedModel:
         """``model`` as a LoadedModel named ``<name>@step<step>``, fingerprinted by its weights."""
-        from shiftbench.models.registry import state_dict_sha256
 
         cname = checkpoint_name(self.name, step)
         tags = tuple(dict.fromkeys(("trajectory", f"trajectory:{self.name}", *self.tags)))
@@ -295,10 +300,10 @@ class Trajectory:
                                label_space=model.label_space,
                                fingerprint="sha256:" + state_dict_sha256(model.module), metadata=meta,
                                class_names=model.class_names)
-        import torch
-        from torch import nn
+        import torch  # deferred: loads torch
+        from torch import nn  # deferred: loads torch
 
-        from shiftbench.models.wrapper import Normalized
+        from shiftbench.models.wrapper import Normalized  # deferred: loads torch
 
         if not isinstance(model, nn.Module):
             raise ConfigError(f"trajectory {self.name!r}: evaluate() takes a torch.nn.Module or a LoadedModel, "
@@ -323,7 +328,7 @@ class Trajectory:
                            class_names=getattr(model, "class_names", None))
 
     def _run(self, model: Any, step: int, epoch: float | None, settings: list[str]) -> pd.DataFrame:
-        from shiftbench.engine.runner import evaluate
+        from shiftbench.engine.runner import evaluate  # deferred: loads Pillow, loads pyarrow
 
         net = model.module if isinstance(model, LoadedModel) else model
         training = bool(getattr(net, "training", False))

@@ -12,7 +12,12 @@ from shiftbench.views.base import COLUMNS, Target, View
 from shiftbench.views.classmap import ClassMapSpec, ClassMapView, read_class_map, resolve_class_map
 from shiftbench.views.full import FullView
 from shiftbench.views.imagenet import (
-    imagenet_a_view, imagenet_r_view, objectnet_imagenet_ids, objectnet_view, video_view)
+    imagenet_a_view,
+    imagenet_r_view,
+    objectnet_imagenet_ids,
+    objectnet_view,
+    video_view,
+)
 from shiftbench.views.mapped import MappedView
 from shiftbench.views.metrics import calibration, top1, top5
 from shiftbench.views.pmk import pm_k, pm_k_anchors

@@ -374,7 +374,7 @@ class ClassMapSpec:
         """
         source: Sequence[str] | int = model.class_names or model.num_classes
         if not model.class_names and model.num_classes == 1000 and model.label_space == "imagenet-1k":
-            from shiftbench.datasets.classmaps import imagenet_names
+            from shiftbench.datasets.classmaps import imagenet_names  # deferred: loads Pillow
 
             source = list(imagenet_names())
         target: Sequence[str] | int = dataset.class_names or dataset.num_classes

@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from shiftbench.errors import ConfigError
@@ -51,7 +52,7 @@ def param(table: Sequence[Any], name: str, severity: int) -> Any:
 def working(x: Any, shift_id: str = "") -> Any:
     """``x`` as a contiguous float32 tensor (float64 stays float64; float16/bfloat16 are computed in
     float32 and the shifts cast the result back). ``x`` holds float pixels: :class:`Shift` checked it."""
-    import torch
+    import torch  # deferred: loads torch
 
     return (x if x.dtype in (torch.float32, torch.float64) else x.float()).contiguous()
 
@@ -83,7 +84,7 @@ def corruption_shift(name: str, severity: int, fn: Any, *, random: bool, per_ima
 
 def to_uint8(x: Any) -> Any:
     """[0, 1] floats -> uint8 by rounding (the reference receives uint8 images)."""
-    import torch
+    import torch  # deferred: loads torch
 
     return x.mul(255).round_().clamp_(0, 255).to(torch.uint8)   # = round(clip(x, 0, 1) * 255)
 
@@ -96,7 +97,7 @@ def generators(x: Any, indices: Any, seed: int, shift_id: str) -> list[Any]:
 
 def random_bits(gens: Sequence[Any], n: int) -> Any:
     """``(len(gens), n)`` int64 CPU tensor of uniformly random 64-bit words, row i from ``gens[i]``."""
-    import torch
+    import torch  # deferred: loads torch
 
     out = torch.empty((len(gens), n), dtype=torch.int64)
     for row, g in zip(out, gens):
@@ -118,7 +119,7 @@ def boundary_index(n: int, before: int, after: int, mode: str, device: Any = "cp
     (half-sample symmetric: ``b a | a b c d``), 'mirror' (= OpenCV's BORDER_REFLECT_101:
     ``c b | a b c d``); any pad width.
     """
-    import torch
+    import torch  # deferred: loads torch
 
     i = torch.arange(-before, n + after, device=device)
     if mode == "nearest":
@@ -155,7 +156,7 @@ def gaussian_kernel1d(sigma: float, truncate: float = 4.0) -> tuple[float, ...]:
 
 @functools.lru_cache(maxsize=256)
 def _filter_matrix64(kernel: tuple[float, ...], n: int, mode: str) -> Any:
-    import torch
+    import torch  # deferred: loads torch
 
     r = len(kernel) // 2
     src = boundary_index(n, r, r, mode)  # padded position p reads input src[p]
@@ -187,7 +188,7 @@ def _blocks(n: int, r: int) -> list[tuple[int, int, int, int]]:
 
 
 def _filter_last_gemm(x: Any, kernel: tuple[float, ...], mode: str) -> Any:
-    import torch
+    import torch  # deferred: loads torch
 
     n = x.shape[-1]
     mt = filter_matrix(kernel, n, mode, x.dtype, x.device).t()
@@ -196,7 +197,7 @@ def _filter_last_gemm(x: Any, kernel: tuple[float, ...], mode: str) -> Any:
 
 
 def _filter_rows_gemm(x: Any, kernel: tuple[float, ...], mode: str) -> Any:
-    import torch
+    import torch  # deferred: loads torch
 
     n = x.shape[-2]
     m = filter_matrix(kernel, n, mode, x.dtype, x.device)
@@ -249,14 +250,13 @@ def for_each_image(n: int, fn: Any, device: Any) -> list[Any]:
     (inference mode, grad mode) are thread-local too: workers run under the caller's, so tensors
     they write into (inference tensors from the engine's ``torch.inference_mode``) accept them.
     """
-    import torch
+    import torch  # deferred: loads torch
 
     threads = torch.get_num_threads()
     inference, grad = torch.is_inference_mode_enabled(), torch.is_grad_enabled()
     workers = min(n, threads)
     if workers <= 1 or torch.device(device).type != "cpu" or not _openmp():
         return [fn(i) for i in range(n)]
-    from concurrent.futures import ThreadPoolExecutor
 
     def run(i: int) -> Any:
         torch.set_num_threads(1)
@@ -273,7 +273,7 @@ def for_each_image(n: int, fn: Any, device: Any) -> list[Any]:
 @functools.lru_cache(maxsize=1)
 def _openmp() -> bool:
     """Whether torch's intra-op backend is OpenMP (whose thread count is per thread)."""
-    import torch
+    import torch  # deferred: loads torch
 
     return "parallel backend: OpenMP" in torch.__config__.parallel_info()
 
@@ -286,7 +286,7 @@ def map_images(fn: Any, x: Any, *per_image: Sequence[Any], chunk: int | None = 1
     many small ops, whose per-op overhead a larger piece amortises). ``fn`` must treat its images
     independently (every shift here does), so the split cannot change results. On an
     accelerator: one call."""
-    import torch
+    import torch  # deferred: loads torch
 
     n = x.shape[0]
     if chunk is None:

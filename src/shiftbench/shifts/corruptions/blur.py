@@ -63,9 +63,21 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+from scipy.fft import next_fast_len
+
 from shiftbench.shifts.base import Shift, register_shift
-from shiftbench.shifts.corruptions._common import (clip01, corruption_shift, filter_matrix, for_each_image,
-                                                   gaussian_filter, pad2d, param, random_bits, scale_factor)
+from shiftbench.shifts.corruptions._common import (
+    clip01,
+    corruption_shift,
+    filter_matrix,
+    for_each_image,
+    gaussian_filter,
+    pad2d,
+    param,
+    random_bits,
+    scale_factor,
+)
 
 GAUSSIAN_BLUR = (1, 2, 3, 4, 6)
 DEFOCUS_BLUR = ((3, 0.1), (4, 0.5), (6, 0.5), (8, 0.5), (10, 0.5))
@@ -78,7 +90,6 @@ ZOOM_BLUR = ((1, 1.11, 0.01), (1, 1.16, 0.01), (1, 1.21, 0.02), (1, 1.26, 0.02),
 
 def zoom_factors(severity: int) -> list[float]:
     """The reference's zoom factors (``np.arange(1, stop, step)`` in float64)."""
-    import numpy as np
 
     start, stop, step = param(ZOOM_BLUR, "zoom_blur", severity)
     return [float(z) for z in np.arange(start, stop, step)]
@@ -88,7 +99,7 @@ def zoom_factors(severity: int) -> list[float]:
 
 def gaussian_blur(x: Any, severity: int, scale_to_size: bool = False) -> Any:
     """``skimage.filters.gaussian(x, sigma=c, channel_axis=-1)`` clipped to [0, 1]."""
-    import torch
+    import torch  # deferred: loads torch
 
     sigma = param(GAUSSIAN_BLUR, "gaussian_blur", severity) * scale_factor(*x.shape[-2:], scale_to_size)
     out = torch.empty_like(x)
@@ -108,8 +119,7 @@ def disk_kernel(radius: float, alias_blur: float) -> Any:
     without OpenCV): a binary disk ``x^2 + y^2 <= r^2`` on ``[-8, 8]^2`` (``[-r, r]^2`` above
     radius 8) normalised to sum 1, then ``cv2.GaussianBlur`` with ksize 3 (5 above radius 8),
     ``sigma = alias_blur`` and OpenCV's default reflect-101 border within the array."""
-    import numpy as np
-    import torch
+    import torch  # deferred: loads torch
 
     if radius <= 8:
         half, ksize = 8, 3
@@ -136,14 +146,13 @@ def _fast_size(n: int) -> int:
     every output bit-identical to the hand-written search this replaced (checked equal for
     n < 20000).
     """
-    from scipy.fft import next_fast_len
 
     return next_fast_len(n, real=True)
 
 
 @functools.lru_cache(maxsize=64)
 def _kernel_spectrum(kernel_key: tuple[float, ...], kh: int, kw: int, nh: int, nw: int, device: Any) -> Any:
-    import torch
+    import torch  # deferred: loads torch
 
     k = torch.zeros((nh, nw), dtype=torch.float64)
     k[:kh, :kw] = torch.tensor(kernel_key, dtype=torch.float64).view(kh, kw)
@@ -155,7 +164,7 @@ def correlate2d(x: Any, kernel: Any, mode: str = "mirror") -> Any:
     odd-sized 2-D ``kernel`` (numpy), boundary ``mode`` as in scipy ('mirror' = reflect-101), by
     FFT on an image padded to fast transform lengths (linear, not circular: the padding covers
     the kernel's reach)."""
-    import torch
+    import torch  # deferred: loads torch
 
     kh, kw = kernel.shape
     h, w = x.shape[-2:]
@@ -186,7 +195,6 @@ def motion_taps(radius: int, sigma: float, angle: float, h: int, w: int) -> list
     has weight ``exp(-i^2 / 2 sigma^2)`` (normalised over all taps) and shift
     ``(-ceil(i p0 / hypot - .5), -ceil(i p1 / hypot - .5))``, ``p = width (sin, cos)(angle)``;
     the taps stop at the first shift reaching the image size (no renormalisation)."""
-    import numpy as np
 
     width = 2 * int(radius) + 1
     k = np.exp(-(np.arange(width) ** 2) / (2 * float(sigma) ** 2)) / (np.sqrt(2 * np.pi) * sigma)
@@ -211,7 +219,7 @@ def _motion_params(severity: int, h: int, w: int, scale_to_size: bool) -> tuple[
 
 def motion_blur_from_noise(x: Any, severity: int, angles: Sequence[float], scale_to_size: bool = False) -> Any:
     """Motion blur of image ``i`` at ``angles[i]`` degrees (the reference draws U(-45, 45))."""
-    import torch
+    import torch  # deferred: loads torch
 
     h, w = x.shape[-2:]
     radius, sigma = _motion_params(severity, h, w, scale_to_size)
@@ -233,7 +241,7 @@ def motion_blur_from_noise(x: Any, severity: int, angles: Sequence[float], scale
 
 def motion_angles(gens: Sequence[Any]) -> list[float]:
     """One angle U(-45, 45) degrees per image (float64 uniform from the image's generator)."""
-    import torch
+    import torch  # deferred: loads torch
 
     return [-45.0 + 90.0 * float(torch.rand(1, dtype=torch.float64, generator=g)) for g in gens]
 
@@ -259,8 +267,8 @@ def _zoom_plan(n: int, z: float) -> tuple[int, int, int, int]:
 
 def zoom_blur(x: Any, severity: int) -> Any:
     """ImageNet-C zoom_blur: ``(x + sum_z clipped_zoom(x, z)) / (n + 1)``, clipped."""
-    import torch
-    import torch.nn.functional as F
+    import torch  # deferred: loads torch
+    import torch.nn.functional as F  # deferred: loads torch
 
     h, w = x.shape[-2:]
     zooms = zoom_factors(severity)
@@ -301,7 +309,7 @@ def glass_offsets(gen: Any, h: int, w: int, delta: int, iterations: int) -> Any:
     ``[-d, d - 1]`` as numba's ``randint(-d, d)``, for the shuffled pixels
     ``(d + 1 .. H - d) x (d + 1 .. W - d)`` in raster order: ``floor(2d v / 2^24) - d`` for 24
     random bits ``v`` (exactly uniform for d = 1, 2, 4; within 5e-7 for d = 3)."""
-    import torch
+    import torch  # deferred: loads torch
 
     nh, nw = h - 2 * delta, w - 2 * delta
     words = random_bits([gen], iterations * nh * nw)[0].view(torch.int32).view(iterations, nh, nw, 2)
@@ -311,7 +319,7 @@ def glass_offsets(gen: Any, h: int, w: int, delta: int, iterations: int) -> Any:
 @functools.lru_cache(maxsize=16)
 def _glass_grid(h: int, w: int, delta: int, device: Any) -> tuple[Any, Any, Any]:
     """(flat index of every pixel, flat index of the visited pixels (nh, nw), visited mask) - int32."""
-    import torch
+    import torch  # deferred: loads torch
 
     grid = torch.arange(h * w, dtype=torch.int32, device=device)
     inner = (slice(delta + 1, h - delta + 1), slice(delta + 1, w - delta + 1))
@@ -332,7 +340,7 @@ def glass_shuffle_map(offsets: Any, h: int, w: int, delta: int) -> Any:
     followed for all pixels at once by pointer jumping (log2 of the longest chain steps; chains
     are a few pixels long). Passes compose.
     """
-    import torch
+    import torch  # deferred: loads torch
 
     grid, target, visited = _glass_grid(h, w, delta, offsets.device)
     inner = (slice(delta + 1, h - delta + 1), slice(delta + 1, w - delta + 1))
@@ -357,7 +365,7 @@ def glass_shuffle_map(offsets: Any, h: int, w: int, delta: int) -> Any:
 
 def glass_blur_from_noise(x: Any, severity: int, offsets: Sequence[Any], scale_to_size: bool = False) -> Any:
     """Glass blur with the given per-image offsets (see :func:`glass_offsets`)."""
-    import torch
+    import torch  # deferred: loads torch
 
     h, w = x.shape[-2:]
     sigma, delta, _ = _glass_params(severity, h, w, scale_to_size)

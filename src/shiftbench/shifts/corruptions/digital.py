@@ -50,12 +50,14 @@ other, size-specific parameters; they are not reproduced here.
 from __future__ import annotations
 
 import functools
+import io
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from shiftbench.shifts.base import Shift, register_shift
-from shiftbench.shifts.corruptions._common import (corruption_shift, gaussian_filter, map_images, param,
-                                                   to_uint8)
+from shiftbench.shifts.corruptions._common import corruption_shift, gaussian_filter, param, to_uint8
 
 BRIGHTNESS = (0.1, 0.2, 0.3, 0.4, 0.5)
 CONTRAST = (0.4, 0.3, 0.2, 0.1, 0.05)
@@ -73,7 +75,7 @@ def rgb_to_hsv(x: Any) -> Any:
     ``v = max``, ``s = (max - min) / max`` (0 for grey), hue from the max channel (blue, then
     green, then red wins a tie), 0 for grey pixels.
     """
-    import torch
+    import torch  # deferred: loads torch
 
     r, g, b = x.unbind(1)
     v = x.amax(1)
@@ -88,7 +90,7 @@ def rgb_to_hsv(x: Any) -> Any:
 
 def hsv_to_rgb(hsv: Any) -> Any:
     """``skimage.color.hsv2rgb`` on a ``(B, 3, H, W)`` batch (the inverse of :func:`rgb_to_hsv`)."""
-    import torch
+    import torch  # deferred: loads torch
 
     h, s, v = hsv.unbind(1)
     hi = torch.floor(h * 6)
@@ -159,7 +161,7 @@ def _pil_box_weights(in_size: int, out_size: int) -> tuple[Any, Any, Any]:
     """Pillow's BOX resampling (``precompute_coeffs`` + ``normalize_coeffs_8bpc`` in Resample.c):
     for each output, its window ``[lo, hi)`` of input pixels (int64) and the 22-bit fixed-point
     weight (int32) of every pixel in it (a box's weights are all ``1 / count``)."""
-    import torch
+    import torch  # deferred: loads torch
 
     scale = in_size / out_size
     filterscale = max(scale, 1.0)
@@ -181,7 +183,7 @@ def _pil_box_weights(in_size: int, out_size: int) -> tuple[Any, Any, Any]:
 def _pil_nearest_index(in_size: int, out_size: int) -> Any:
     """Source index of each output pixel of Pillow's NEAREST resize (``ImagingScaleAffine``:
     ``xo = a/2``, then ``xo += a`` per pixel with ``a = in/out``, truncated)."""
-    import torch
+    import torch  # deferred: loads torch
 
     a = in_size / out_size
     xo, out = a * 0.5, []
@@ -195,8 +197,8 @@ def _pil_resample_pass(y: Any, weights: tuple[Any, Any, Any], dim: int) -> Any:
     """One 8-bit Pillow BOX pass along ``dim`` (-1 or -2) of integer-valued float32 pixels:
     ``clip8((w * sum + 2**21) >> 22)``. Window sums are differences of a cumulative sum (exact
     in float32: < 2**24), the fixed-point product exact in int32 (< 255 * 2**22 < 2**31)."""
-    import torch
-    import torch.nn.functional as F
+    import torch  # deferred: loads torch
+    import torch.nn.functional as F  # deferred: loads torch
 
     lo, hi, fixed = (t.to(y.device) for t in weights)
     cs = F.pad(y.cumsum(dim), (1, 0) if dim == -1 else (0, 0, 1, 0))
@@ -244,9 +246,8 @@ def _pil_pixelate(x: Any, small: tuple[int, int]) -> Any:
     The planes go in and out through ``Image.merge`` / ``Image.split`` (Pillow's own copies
     between its 4-byte RGB pixels and the 8-bit planes), which measured 0.23 ms per 224 px image
     against 0.33 ms for NumPy HWC transposes around the same resizes."""
-    import numpy as np
-    import torch
-    from PIL import Image
+    import torch  # deferred: loads torch
+    from PIL import Image  # deferred: loads Pillow
 
     h, w = x.shape[-2:]
     c = x.shape[-3]
@@ -267,12 +268,12 @@ def jpeg_compression(x: Any, severity: int) -> Any:
     ``torchvision.io.encode_jpeg``/``decode_jpeg`` on the rounded uint8 batch: bit-identical to
     the reference's Pillow ``save(JPEG, quality)`` + decode (same libjpeg settings; checked at
     224, 32 and odd sizes, every quality) and ~3x faster per image (no PIL/NumPy conversions)."""
-    import torch
+    import torch  # deferred: loads torch
 
     quality = param(JPEG_QUALITY, "jpeg_compression", severity)
     u8 = to_uint8(x).cpu()
     try:   # deprecated in torchvision 0.29 (in favour of TorchCodec): Pillow when it is gone
-        from torchvision.io import decode_jpeg, encode_jpeg
+        from torchvision.io import decode_jpeg, encode_jpeg  # deferred: loads Pillow, loads torch
     except ImportError:
         out = torch.stack([_pil_jpeg(img, quality) for img in u8])
     else:
@@ -282,11 +283,9 @@ def jpeg_compression(x: Any, severity: int) -> Any:
 
 def _pil_jpeg(img: Any, quality: int) -> Any:
     """One uint8 ``(3, H, W)`` image through Pillow's JPEG encoder and decoder (the reference's path)."""
-    import io
 
-    import numpy as np
-    import torch
-    from PIL import Image
+    import torch  # deferred: loads torch
+    from PIL import Image  # deferred: loads Pillow
 
     buf = io.BytesIO()
     Image.fromarray(img.permute(1, 2, 0).numpy()).save(buf, "JPEG", quality=quality)
@@ -299,7 +298,7 @@ def _pil_jpeg(img: Any, quality: int) -> Any:
 def elastic_noise(generator: Any, h: int, w: int) -> Any:
     """The uniforms of one image: ``(2, H, W)`` in [0, 1) (the reference's two
     ``np.random.uniform(-m, m, (H, W))`` calls, for dx then dy)."""
-    import torch
+    import torch  # deferred: loads torch
 
     return torch.rand((2, h, w), generator=generator).double()   # float32 draws (cheaper), used in float64
 
@@ -311,8 +310,8 @@ def elastic_transform_from_noise(x: Any, severity: int, u: Any) -> Any:
     ``m = 0.005 H`` for both axes, then ``out(y, x) = x(y + dy, x + dx)`` bilinearly with
     half-sample symmetric borders.
     """
-    import torch
-    import torch.nn.functional as F
+    import torch  # deferred: loads torch
+    import torch.nn.functional as F  # deferred: loads torch
 
     alpha = param(ELASTIC_ALPHA, "elastic_transform", severity)
     b, _, h, w = x.shape
@@ -334,7 +333,7 @@ def elastic_transform_from_noise(x: Any, severity: int, u: Any) -> Any:
 
 def elastic_transform(x: Any, severity: int, generators: Sequence[Any]) -> Any:
     """Elastic transform of each image with its own generator (see module docstring)."""
-    import torch
+    import torch  # deferred: loads torch
 
     h, w = x.shape[-2:]
     u = torch.stack([elastic_noise(g, h, w) for g in generators])

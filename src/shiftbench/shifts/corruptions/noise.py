@@ -48,9 +48,11 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+from scipy import stats
+
 from shiftbench.shifts.base import Shift, register_shift
-from shiftbench.shifts.corruptions._common import (CHUNK, clip01, corruption_shift, for_each_image, param,
-                                                   random_bits)
+from shiftbench.shifts.corruptions._common import CHUNK, clip01, corruption_shift, for_each_image, param, random_bits
 
 GAUSSIAN_NOISE = (0.08, 0.12, 0.18, 0.26, 0.38)
 SHOT_NOISE = (60, 25, 12, 5, 3)
@@ -67,7 +69,7 @@ POISSON_GUIDE_BITS = 8
 
 def gaussian_noise_from_noise(x: Any, severity: int, z: Any) -> Any:
     """``clip(x + c z, 0, 1)`` for standard normals ``z`` shaped like ``x``."""
-    import torch
+    import torch  # deferred: loads torch
 
     c = param(GAUSSIAN_NOISE, "gaussian_noise", severity)
     return clip01(torch.add(x, z, alpha=c))
@@ -76,7 +78,7 @@ def gaussian_noise_from_noise(x: Any, severity: int, z: Any) -> Any:
 def _with_normals(x: Any, gens: Sequence[Any], finish: Any) -> Any:
     """``finish(z, x_i)`` in place on image ``i``'s standard normals ``z``, drawn straight into the
     output (one pass fewer than drawing, then combining)."""
-    import torch
+    import torch  # deferred: loads torch
 
     out = torch.empty_like(x, memory_format=torch.contiguous_format)   # normals in (C, H, W) order
     direct = x.device.type == "cpu" and x.dtype == torch.float32
@@ -96,7 +98,7 @@ def _with_normals(x: Any, gens: Sequence[Any], finish: Any) -> Any:
 def gaussian_noise(x: Any, severity: int, gens: Sequence[Any]) -> Any:
     """ImageNet-C gaussian_noise; image ``i`` draws ``(C, H, W)`` normals from ``gens[i]`` (finished
     in place with the arithmetic of :func:`gaussian_noise_from_noise`)."""
-    import torch
+    import torch  # deferred: loads torch
 
     c = param(GAUSSIAN_NOISE, "gaussian_noise", severity)
     return _with_normals(x, gens, lambda z, xi: torch.add(xi, z, alpha=c, out=z).clamp_(0.0, 1.0))
@@ -104,7 +106,7 @@ def gaussian_noise(x: Any, severity: int, gens: Sequence[Any]) -> Any:
 
 def speckle_noise_from_noise(x: Any, severity: int, z: Any) -> Any:
     """``clip(x + x c z, 0, 1)`` for standard normals ``z`` shaped like ``x``."""
-    import torch
+    import torch  # deferred: loads torch
 
     c = param(SPECKLE_NOISE, "speckle_noise", severity)
     return clip01(torch.addcmul(x, x, z, value=c))
@@ -112,7 +114,7 @@ def speckle_noise_from_noise(x: Any, severity: int, z: Any) -> Any:
 
 def speckle_noise(x: Any, severity: int, gens: Sequence[Any]) -> Any:
     """ImageNet-C speckle_noise (extra corruption); image ``i`` draws normals from ``gens[i]``."""
-    import torch
+    import torch  # deferred: loads torch
 
     c = param(SPECKLE_NOISE, "speckle_noise", severity)
     return _with_normals(x, gens, lambda z, xi: torch.addcmul(xi, xi, z, value=c, out=z).clamp_(0.0, 1.0))
@@ -123,7 +125,7 @@ def speckle_noise(x: Any, severity: int, gens: Sequence[Any]) -> Any:
 def impulse_noise_from_noise(x: Any, flipped: Any, salted: Any) -> Any:
     """scikit-image's ``s&p``: 1 where ``flipped & salted``, 0 where ``flipped & ~salted``, else
     ``x`` (boolean tensors shaped like ``x``)."""
-    import torch
+    import torch  # deferred: loads torch
 
     # x + flipped * (salted - x): a boolean where() is several times slower on CPU
     return torch.addcmul(x, flipped.to(x.dtype), salted.to(x.dtype).sub_(x))
@@ -137,7 +139,7 @@ def impulse_masks(words: Any, severity: int) -> tuple[Any, Any]:
 
 def impulse_noise(x: Any, severity: int, gens: Sequence[Any]) -> Any:
     """ImageNet-C impulse_noise; image ``i`` draws one 32-bit word per value from ``gens[i]``."""
-    import torch
+    import torch  # deferred: loads torch
 
     param(IMPULSE_NOISE, "impulse_noise", severity)
     n = x[0].numel()
@@ -164,7 +166,7 @@ def _poisson_tables_cpu(lam_max: float) -> tuple[Any, Any, int]:
     ``[i, i + 1) 2^(24 - GUIDE_BITS)``, the least answer ``k0`` in the cell and the next two CDF
     values: ``k0 | cdf[j, k0] << 8 | cdf[j, k0 + 1] << 34`` (one gather resolves two steps).
     """
-    import torch
+    import torch  # deferred: loads torch
 
     rows = int(math.ceil(lam_max / POISSON_STEP)) + 1
     m = torch.arange(rows, dtype=torch.float64) * POISSON_STEP
@@ -195,7 +197,7 @@ def _poisson_piece(lam: Any, v1: Any, v2: Any, tables: tuple[Any, Any, int]) -> 
     (int64), resolved except for the rare values needing a longer search: returns
     ``(counts, search, tail)``, ``search = (local index, next CDF position, v1)`` and
     ``tail = (local index, r, u2)`` or None (see :func:`poisson`)."""
-    import torch
+    import torch  # deferred: loads torch
 
     cdf, guide, cols = tables
     t = lam * (1.0 / POISSON_STEP)
@@ -218,7 +220,7 @@ def _poisson_piece(lam: Any, v1: Any, v2: Any, tables: tuple[Any, Any, int]) -> 
 
 def _poisson_finish(counts: Any, search: list[Any], tail: list[Any], tables: tuple[Any, Any, int]) -> Any:
     """Finish the values :func:`_poisson_piece` left (indices into the flat ``counts``)."""
-    import torch
+    import torch  # deferred: loads torch
 
     cdf = tables[0]
     if search:  # step right until cdf >= v1
@@ -292,9 +294,7 @@ def poisson_alias_tables(c: float) -> Any:
     is within ``2^-31`` of Poisson's (masses are integers out of ``ALIAS_COLUMNS 2^24``, rounded
     by largest remainder); counts >= ALIAS_COLUMNS (probability < 1e-12 at the largest rate, 60)
     are not drawn."""
-    import numpy as np
-    import torch
-    from scipy import stats
+    import torch  # deferred: loads torch
 
     cols, unit = ALIAS_COLUMNS, 1 << 24
     if stats.poisson.sf(cols - 1, c) > 2.0 ** -40:
@@ -327,7 +327,7 @@ def poisson_alias_tables(c: float) -> Any:
 def poisson_from_levels(levels: Any, words: Any, table: Any) -> Any:
     """Poisson counts (int32) for grey levels ``levels`` (int32 0..255) from one random 32-bit word
     each (``words``, int32: bits 0-6 the column, bits 7-30 the threshold) by the alias ``table``."""
-    import torch
+    import torch  # deferred: loads torch
 
     col = words & (ALIAS_COLUMNS - 1)
     entry = table.index_select(0, (levels << 7) | col)
@@ -344,7 +344,7 @@ def shot_noise(x: Any, severity: int, gens: Sequence[Any]) -> Any:
     one 32-bit word per value, a handful of passes). Other images use the general sampler
     :func:`poisson` (one 64-bit word per value: 24-bit ``u1`` from bits 0-23, ``u2`` from bits
     40-63)."""
-    import torch
+    import torch  # deferred: loads torch
 
     c = param(SHOT_NOISE, "shot_noise", severity)
     n = x[0].numel()
@@ -367,7 +367,7 @@ def shot_noise(x: Any, severity: int, gens: Sequence[Any]) -> Any:
 def _shot_noise_general(lam: Any, c: float, gen: Any, device: Any) -> Any:
     """clip(Poisson(lam) / c) for the flat float32 rates ``lam`` of one image (:func:`poisson`'s
     sampler, resolved in cache-sized pieces)."""
-    import torch
+    import torch  # deferred: loads torch
 
     tables = _poisson_tables(float(c), device)
     n = lam.numel()

@@ -36,7 +36,10 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from shiftbench.errors import ConfigError
+from shiftbench.shifts.corruptions import blur, digital, noise, weather
 
 #: the reference's random corruptions, in its order
 RANDOM = ("gaussian_noise", "shot_noise", "impulse_noise", "speckle_noise", "glass_blur", "motion_blur",
@@ -52,8 +55,7 @@ def reference_kwargs(name: str, seed: int) -> dict[str, Any]:
 @functools.lru_cache(maxsize=1)
 def _numba_glass_loop() -> Any:
     """numba's stream in the reference's glass-blur loop order (compiled once)."""
-    import numpy as np
-    from numba import njit
+    from numba import njit  # deferred: optional dependency
 
     @njit(cache=False)
     def draws(h: int, w: int, d: int, iterations: int, seed: int) -> Any:  # pragma: no cover - compiled
@@ -75,8 +77,7 @@ def _numba_glass_loop() -> Any:
 def glass_reference_offsets(h: int, w: int, delta: int, iterations: int, seed: int) -> Any:
     """The reference's glass-blur offsets as ``(iterations, 2, H - 2d, W - 2d)`` (dx, dy) in raster
     order (the reference visits pixels in reverse raster order)."""
-    import numpy as np
-    import torch
+    import torch  # deferred: loads torch
 
     d = _numba_glass_loop()(h, w, delta, iterations, seed).reshape(iterations, h - 2 * delta, w - 2 * delta, 2)
     return torch.from_numpy(np.ascontiguousarray(d[:, ::-1, ::-1, :])).permute(0, 3, 1, 2)
@@ -87,10 +88,8 @@ def reference_draws(name: str, image: Any, severity: int, seed: int) -> dict[str
     after ``np.random.seed(seed)``, as keyword arguments of our ``<name>_from_noise`` for a batch of
     one (tensors with a leading batch axis, lists of one item). Leaves NumPy's global stream
     seeded and advanced, as the reference would."""
-    import numpy as np
-    import torch
+    import torch  # deferred: loads torch
 
-    from shiftbench.shifts.corruptions import blur, noise, weather
 
     if name not in RANDOM:
         raise ConfigError(f"corruption {name!r} has no random draws to replay; random ones: {', '.join(RANDOM)}")
@@ -127,7 +126,6 @@ def reference_draws(name: str, image: Any, severity: int, seed: int) -> dict[str
 
 def from_noise(name: str) -> Any:
     """Our deterministic half of corruption ``name``: ``f(x, severity, **draws)``."""
-    from shiftbench.shifts.corruptions import blur, digital, noise, weather
 
     if name not in RANDOM:
         raise ConfigError(f"corruption {name!r} is not random; random ones: {', '.join(RANDOM)}")
@@ -143,7 +141,7 @@ def from_noise(name: str) -> Any:
 def collate(draws: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Per-image draws (from :func:`reference_draws`) as one batch's: tensors concatenated on the
     batch axis, lists joined."""
-    import torch
+    import torch  # deferred: loads torch
 
     out: dict[str, Any] = {}
     for key in draws[0]:

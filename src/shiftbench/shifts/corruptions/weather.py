@@ -76,12 +76,15 @@ with shifted ORs and its chamfer relaxation shares row-pair minima between move 
 from __future__ import annotations
 
 import functools
+import importlib.resources
 import math
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from shiftbench.shifts.base import Shift, register_shift
-from shiftbench.shifts.corruptions._common import corruption_shift, gaussian_filter, map_images, pad2d, param
+from shiftbench.shifts.corruptions._common import corruption_shift, gaussian_filter, pad2d, param
 from shiftbench.shifts.greyscale import LUMA_601
 
 SNOW = ((0.1, 0.3, 3, 0.5, 10, 4, 0.8),
@@ -102,7 +105,7 @@ MUD_RGB = (63 / 255, 42 / 255, 20 / 255)
 
 
 def _stack(draws: list[Any], device: Any) -> Any:
-    import torch
+    import torch  # deferred: loads torch
 
     return torch.stack(draws).to(device)
 
@@ -114,7 +117,6 @@ def _scipy_zoom_matrix(n_in: int, n_out: int) -> Any:
     """``scipy.ndimage.zoom(order=1, mode='constant', grid_mode=False)`` along one axis as an
     ``(n_out, n_in)`` float64 matrix: sample ``k * (n_in - 1) / (n_out - 1)`` linearly; a sample
     that rounding puts beyond ``n_in - 1`` is 0 (cval), as scipy makes it."""
-    import numpy as np
 
     zoom = (n_in - 1) / (n_out - 1) if n_out > 1 else 1.0
     m = np.zeros((n_out, n_in))
@@ -133,7 +135,7 @@ def _scipy_zoom_matrix(n_in: int, n_out: int) -> Any:
 def _clipped_zoom(layer: Any, zoom: float) -> Any:
     """The reference's ``clipped_zoom`` on (B, H, W): the centre ``ceil(n / zoom)`` crop, zoomed
     with ``scipy.ndimage.zoom(order=1)`` to ``round(crop * zoom)`` (bilinear, corners aligned)."""
-    import torch
+    import torch  # deferred: loads torch
 
     h, w = layer.shape[-2:]
     ch, cw = math.ceil(h / zoom), math.ceil(w / zoom)
@@ -164,7 +166,7 @@ def _motion_offsets(radius: int, sigma: float, angle: float, h: int, w: int) -> 
 def _motion_blur(layer: Any, radius: int, sigma: float, angles: Sequence[float]) -> Any:
     """``sum_i k_i * layer[clamp(y - dy_i), clamp(x - dx_i)]`` per image (``layer``: (B, H, W)),
     accumulated in the reference's order."""
-    import torch
+    import torch  # deferred: loads torch
 
     b, h, w = layer.shape
     p = 2 * radius + 1
@@ -179,7 +181,7 @@ def _motion_blur(layer: Any, radius: int, sigma: float, angles: Sequence[float])
 
 def snow_noise(generator: Any, h: int, w: int) -> tuple[Any, Any]:
     """One image's draws: ``(H, W)`` standard normals, then one uniform (the blur angle)."""
-    import torch
+    import torch  # deferred: loads torch
 
     z = torch.randn((h, w), generator=generator).double()   # float32 draws: 5x cheaper than float64's
     u = torch.rand((), generator=generator, dtype=torch.float64)
@@ -188,7 +190,7 @@ def snow_noise(generator: Any, h: int, w: int) -> tuple[Any, Any]:
 
 def snow_from_noise(x: Any, severity: int, z: Any, u: Any) -> Any:
     """Snow with normals ``z`` (B, H, W) and uniforms ``u`` (B,) (angle = -135 + 90 u degrees)."""
-    import torch
+    import torch  # deferred: loads torch
 
     loc, scale, zoom, thresh, radius, sigma, blend = param(SNOW, "snow", severity)
     h, w = x.shape[-2:]
@@ -218,11 +220,9 @@ def snow(x: Any, severity: int, generators: Sequence[Any]) -> Any:
 @functools.lru_cache(maxsize=6)
 def _frost_texture(index: int) -> Any:
     """Texture ``index`` (0-5) as a uint8 ``(H, W, 3)`` tensor (package data, Pillow decode)."""
-    import importlib.resources
 
-    import numpy as np
-    import torch
-    from PIL import Image
+    import torch  # deferred: loads torch
+    from PIL import Image  # deferred: loads Pillow
 
     ref = importlib.resources.files("shiftbench") / "data" / "frost" / FROST_TEXTURES[index]
     with ref.open("rb") as f:
@@ -246,8 +246,8 @@ def frost_scale(texture_hw: tuple[int, int], image_hw: tuple[int, int]) -> float
 @functools.lru_cache(maxsize=24)
 def _scaled_frost(index: int, h: int, w: int) -> Any:
     """Texture ``index`` resized for ``(h, w)`` images: uint8 ``(3, Ht, Wt)`` on the CPU."""
-    import torch
-    import torch.nn.functional as F
+    import torch  # deferred: loads torch
+    import torch.nn.functional as F  # deferred: loads torch
 
     tex = _frost_texture(index)
     fh, fw = tex.shape[:2]
@@ -260,7 +260,7 @@ def _scaled_frost(index: int, h: int, w: int) -> Any:
 
 def frost_noise(generator: Any, h: int, w: int) -> tuple[int, int, int]:
     """One image's draws: texture index in 0..5, then the crop's top and left corner."""
-    import torch
+    import torch  # deferred: loads torch
 
     idx = int(torch.randint(0, 6, (), generator=generator))
     th, tw = _scaled_frost(idx, h, w).shape[-2:]
@@ -271,7 +271,7 @@ def frost_noise(generator: Any, h: int, w: int) -> tuple[int, int, int]:
 
 def frost_from_noise(x: Any, severity: int, crops: Sequence[tuple[int, int, int]]) -> Any:
     """``clip(a x + b patch)``, ``patch`` the (texture, top, left) crop of each image."""
-    import torch
+    import torch  # deferred: loads torch
 
     a, b = param(FROST, "frost", severity)
     h, w = x.shape[-2:]
@@ -298,7 +298,7 @@ def plasma_fractal(u: Any, mapsize: int, wibbledecay: float) -> Any:
     sets, per level): a new point is the mean of its 4 neighbours plus ``w (2 u - 1) w`` with the
     wibble ``w = 100 / decay^level``. The reference adds the wibble in float64 and stores float32;
     here all is float32 (3x cheaper; the normalised map differs by ~1e-7, < 1e-4 grey levels)."""
-    import torch
+    import torch  # deferred: loads torch
 
     b = u.shape[0]
     m = mapsize
@@ -335,14 +335,14 @@ def fog_mapsize(h: int, w: int) -> int:
 
 def fog_noise(generator: Any, h: int, w: int) -> Any:
     """One image's draws: ``mapsize**2 - 1`` uniforms."""
-    import torch
+    import torch  # deferred: loads torch
 
     return torch.rand(fog_mapsize(h, w) ** 2 - 1, generator=generator)   # float32, as the map
 
 
 def fog_from_noise(x: Any, severity: int, u: Any) -> Any:
     """``clip((x + c plasma) * max(x) / (max(x) + c))`` with the plasma built from ``u``."""
-    import torch
+    import torch  # deferred: loads torch
 
     c, decay = param(FOG, "fog", severity)
     h, w = x.shape[-2:]
@@ -366,8 +366,8 @@ _TG22 = 13573          # round(tan(22.5 deg) * 2**15), OpenCV's CANNY_SHIFT = 15
 def canny(img: Any, low: float = 50, high: float = 150) -> Any:
     """``cv2.Canny(img, low, high)`` (aperture 3, L1 gradient) on a (B, H, W) batch of uint8
     values; returns a bool edge map."""
-    import torch
-    import torch.nn.functional as F
+    import torch  # deferred: loads torch
+    import torch.nn.functional as F  # deferred: loads torch
 
     b, h, w = img.shape
     lo, hi = math.floor(low), math.floor(high)
@@ -404,8 +404,8 @@ def canny(img: Any, low: float = 50, high: float = 150) -> Any:
 def _dilate3(m: Any) -> Any:
     """3x3 binary dilation of a (B, H, W) bool map (zero outside): a row pass and a column pass of
     shifted ORs (``max_pool2d`` takes ~1 ms per 224 px map on CPU; this ~20x less)."""
-    import torch
-    import torch.nn.functional as F
+    import torch  # deferred: loads torch
+    import torch.nn.functional as F  # deferred: loads torch
 
     h, w = m.shape[-2:]
     p = F.pad(m.to(torch.uint8), (1, 1, 1, 1)).bool()
@@ -425,7 +425,7 @@ def distance_to_edges(edges: Any, cap: float = 20.0) -> Any:
     float32 (B, H, W). Computed as shortest paths by parallel relaxation (about ``cap``
     sweeps); OpenCV's two raster passes give the same values up to float32 summation order
     (1 ulp)."""
-    import torch
+    import torch  # deferred: loads torch
 
     b, h, w = edges.shape
     limit = float(cap) + 1.0          # a value <= cap only depends on values < cap: cap the rest
@@ -472,7 +472,7 @@ def _box3(x: Any) -> Any:
 
 def equalize_hist(img: Any) -> Any:
     """``cv2.equalizeHist`` per image of a (B, H, W) long tensor of values in 0..255."""
-    import torch
+    import torch  # deferred: loads torch
 
     b = img.shape[0]
     flat = img.reshape(b, -1)
@@ -489,7 +489,7 @@ def equalize_hist(img: Any) -> Any:
 
 def _water_mask(liquid: Any) -> Any:
     """The reference's water mask ``m / max(m)`` from the thresholded liquid layer (B, H, W)."""
-    import torch
+    import torch  # deferred: loads torch
 
     lu8 = (liquid * 255).clamp(0, 255).floor()                       # .astype(np.uint8)
     edges = canny(lu8.long())
@@ -513,14 +513,14 @@ def _water_mask(liquid: Any) -> Any:
 
 def spatter_noise(generator: Any, h: int, w: int) -> Any:
     """One image's draws: ``(H, W)`` standard normals."""
-    import torch
+    import torch  # deferred: loads torch
 
     return torch.randn((h, w), generator=generator).double()   # float32 draws: 5x cheaper than float64's
 
 
 def spatter_from_noise(x: Any, severity: int, z: Any) -> Any:
     """Spatter with the liquid layer's normals ``z`` (B, H, W)."""
-    import torch
+    import torch  # deferred: loads torch
 
     loc, scale, sigma, thresh, intensity, mud = param(SPATTER, "spatter", severity)
     liquid = loc + scale * z.to(device=x.device, dtype=torch.float64).unsqueeze(1)

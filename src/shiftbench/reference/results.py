@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from shiftbench.errors import ConfigError
+from shiftbench.reference import load_testbed
 from shiftbench.store import Store
 
 REFERENCES = ("timm-reference", "imagenet-reference")
@@ -21,8 +22,6 @@ REFERENCES = ("timm-reference", "imagenet-reference")
 
 def results_with_reference(store: str | Path) -> pd.DataFrame:
     """``Store.results()`` plus ``reference``, ``reference_accuracy`` and ``reference_delta``."""
-    from shiftbench.reference import load_testbed
-
     frame = Store(store).results()
     frame["reference"] = None
     frame["reference_accuracy"] = np.nan
