@@ -31,7 +31,7 @@ from shiftbench.demo.archs import DIGIT_NAMES
 from shiftbench.demo.data import DigitsData, build_digits
 from shiftbench.errors import DataError
 from shiftbench.settings import Setting, register_setting
-from shiftbench.store.store import atomic_write
+from shiftbench.store.files import atomic_write_with as atomic_write
 
 DATA_DIR = "digits"
 DATA_FILE = "digits.npz"

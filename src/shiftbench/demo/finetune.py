@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 
 from shiftbench.errors import DataError
-from shiftbench.store.store import atomic_write
+from shiftbench.store.files import atomic_write_with as atomic_write
 
 ID_SETTING, OOD_SETTING = "mnist-test", "uci-digits"
 FINETUNE_DIR = "finetune"

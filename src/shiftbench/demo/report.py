@@ -64,7 +64,9 @@ def shift_pairs(corruptions: Sequence[str]) -> list[ShiftPair]:
 
 def _table(frame: pd.DataFrame, digits: int = 2) -> str:
     try:
-        from shiftbench.report.tables import markdown_table  # deferred: loads Pillow, loads matplotlib, loads plotly, loads pyarrow
+        from shiftbench.report.tables import (
+            markdown_table,  # deferred: loads Pillow, loads matplotlib, loads plotly, loads pyarrow
+        )
 
         return markdown_table(frame, digits).rstrip("\n")
     except ImportError:  # pragma: no cover - the tables module ships with the report package

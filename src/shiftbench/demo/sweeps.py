@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from shiftbench.errors import ConfigError, DataError
+from shiftbench.store.files import atomic_write_with as atomic_write
 
 #: zoo models swept by default: a STANDARD CNN, three intervention variants of it, an MLP
 DEFAULT_MODELS = ("cnn-w8-e3", "cnn-w8-e3-augmix", "cnn-w8-e3-noise2net", "cnn-w8-e3-pgd", "mlp-h128-e5")
@@ -104,7 +105,6 @@ def _png(array: np.ndarray) -> bytes:
 
 
 def _write_if_changed(path: Path, data: bytes) -> None:
-    from shiftbench.store.store import atomic_write  # deferred: loads pyarrow
 
     if path.is_file() and path.read_bytes() == data:
         return

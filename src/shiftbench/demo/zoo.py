@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from shiftbench.errors import ConfigError, DataError
-from shiftbench.store.store import atomic_write
+from shiftbench.store.files import atomic_write_with as atomic_write
 
 DEFAULT_WORKSPACE = Path("shiftbench-workspace") / "digits"
 WORKSPACE_ENV = "SHIFTBENCH_DIGITS_WORKSPACE"

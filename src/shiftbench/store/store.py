@@ -39,10 +39,6 @@ from shiftbench.errors import StoreError
 from shiftbench.store.files import atomic_write as _atomic_write_bytes
 from shiftbench.store.files import atomic_write_with, file_lock
 
-#: Deprecated alias of :func:`shiftbench.store.files.atomic_write_with` (``atomic_write(path, writer)``),
-#: kept for callers not yet switched to ``shiftbench.store.files``.
-atomic_write = atomic_write_with
-
 DEFAULT_STORE = "shiftbench-results"
 DB_NAME = "shiftbench.duckdb"
 RESULT_COLUMNS = ["model", "setting", "accuracy", "top5", "n_examples", "n_skipped", "convention",
