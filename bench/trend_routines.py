@@ -44,26 +44,6 @@ def prediction_blocks(fit, grid: np.ndarray, n_resamples: int) -> list[np.ndarra
     return [basis[s:s + STEP] @ coefs_t for s in range(0, len(grid), STEP)]
 
 
-def normal_equations(fit, n_resamples: int, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
-    """The (gram, rhs) stacks ``bootstrap_coefficients`` solves, chunk by chunk."""
-    rng = np.random.default_rng(seed)
-    phi = fit.basis(fit.xs)
-    n, p = phi.shape
-    iu = np.triu_indices(p)
-    per_model = np.concatenate([phi[:, iu[0]] * phi[:, iu[1]], phi * fit.ys[:, None]], axis=1)
-    out = []
-    for start in range(0, n_resamples, CHUNK):
-        b = min(CHUNK, n_resamples - start)
-        idx = rng.integers(0, n, size=(b, n))
-        counts = np.bincount((idx + n * np.arange(b)[:, None]).ravel(), minlength=b * n).reshape(b, n)
-        sums = counts.astype(float) @ per_model
-        gram = np.empty((b, p, p))
-        gram[:, iu[0], iu[1]] = sums[:, : len(iu[0])]
-        gram[:, iu[1], iu[0]] = sums[:, : len(iu[0])]
-        out.append((gram, sums[:, len(iu[0]):]))
-    return out
-
-
 def numpy_solve(gram: np.ndarray, vec: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Batched LAPACK solve, with the same degenerate-resample test as ``_solve_small``."""
     p = gram.shape[-1]
@@ -108,7 +88,7 @@ def main() -> None:
           f"ratio (numpy / hand-written) {t_np / t_hand:5.2f}   bit-identical: {exact}")
 
     for name, f in (("linear, 2 x 2", fit), ("piecewise, 3 x 3", piecewise)):
-        systems = normal_equations(f, args.resamples)
+        systems = list(trend.normal_equations(f, args.resamples, seed=0, chunk=CHUNK))
         worst = 0.0
         for gram, vec in systems:
             (c1, ok1), (c2, ok2) = trend._solve_small(gram, vec), numpy_solve(gram, vec)

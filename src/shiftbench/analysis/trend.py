@@ -18,7 +18,7 @@ take about a second.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -336,24 +336,17 @@ def _solve_small(gram: np.ndarray, vec: np.ndarray) -> tuple[np.ndarray, np.ndar
     return coef, ok
 
 
-def bootstrap_coefficients(fit: TrendFit, n_resamples: int = 1000, seed: int | None = 0,
-                           chunk: int = 8192) -> np.ndarray:
-    """Coefficients of ``fit`` refitted on ``n_resamples`` bootstrap resamples of its models.
-
-    Each resample draws ``n`` models with replacement; all resamples are solved at once from
-    their weighted normal equations ``(Phi' W Phi) b = Phi' W y`` (``W`` = resample counts).
-    Degenerate resamples (a singular design, e.g. all draws of one model) are dropped.
-    Returns an array ``(n_kept, n_coef)`` ordered like :attr:`TrendFit.coef`.
-    """
-    if n_resamples < 1:
-        raise ConfigError(f"n_resamples={n_resamples} must be at least 1")
+def normal_equations(fit: TrendFit, n_resamples: int, seed: int | None = 0,
+                     chunk: int = 8192) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The weighted normal equations ``(Phi' W Phi, Phi' W y)`` of ``n_resamples`` bootstrap
+    resamples of ``fit``'s models (``W`` = resample counts), ``chunk`` resamples at a time: stacks
+    of shape ``(b, p, p)`` and ``(b, p)``."""
     rng = np.random.default_rng(seed)
     phi = fit.basis(fit.xs)
     n, p = phi.shape
     iu = np.triu_indices(p)
     # per model: the upper triangle of phi phi' and phi * y; a resample's sums are counts @ this
     per_model = np.concatenate([phi[:, iu[0]] * phi[:, iu[1]], phi * fit.ys[:, None]], axis=1)
-    out = []
     for start in range(0, n_resamples, chunk):
         b = min(chunk, n_resamples - start)
         idx = rng.integers(0, n, size=(b, n), dtype=np.int16 if n < 2**15 else np.int64)
@@ -363,7 +356,23 @@ def bootstrap_coefficients(fit: TrendFit, n_resamples: int = 1000, seed: int | N
         gram = np.empty((b, p, p))
         gram[:, iu[0], iu[1]] = sums[:, : len(iu[0])]
         gram[:, iu[1], iu[0]] = sums[:, : len(iu[0])]
-        coef, ok = _solve_small(gram, sums[:, len(iu[0]):])
+        yield gram, sums[:, len(iu[0]):]
+
+
+def bootstrap_coefficients(fit: TrendFit, n_resamples: int = 1000, seed: int | None = 0,
+                           chunk: int = 8192) -> np.ndarray:
+    """Coefficients of ``fit`` refitted on ``n_resamples`` bootstrap resamples of its models.
+
+    Each resample draws ``n`` models with replacement; all resamples are solved at once from
+    their weighted normal equations ``(Phi' W Phi) b = Phi' W y`` (:func:`normal_equations`).
+    Degenerate resamples (a singular design, e.g. all draws of one model) are dropped.
+    Returns an array ``(n_kept, n_coef)`` ordered like :attr:`TrendFit.coef`.
+    """
+    if n_resamples < 1:
+        raise ConfigError(f"n_resamples={n_resamples} must be at least 1")
+    out = []
+    for gram, rhs in normal_equations(fit, n_resamples, seed, chunk):
+        coef, ok = _solve_small(gram, rhs)
         out.append(coef[ok])
     return np.concatenate(out)
 
