@@ -422,9 +422,8 @@ def _html_report(testbeds, output: Path, *, store: Path | None, n_resamples: int
             progress.update(task, description=f"HTML report: {label}")
             progress.advance(task)
 
-        extra = {"highlight": list(highlight)} if highlight else {}
         path = write_html_report(testbeds, output, store=store, shifts=shifts, n_resamples=n_resamples,
-                                 scale=scale, on_step=step, **extra)
+                                 scale=scale, on_step=step, highlight=list(highlight) or None)
         progress.update(task, description="HTML report written")
     return path
 

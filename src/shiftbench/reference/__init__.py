@@ -82,26 +82,20 @@ def load_testbed(name_or_path: str | Path | Testbed | Sequence[str | Path | Test
         parts: list[str | Path | Testbed] = list(name_or_path)
     else:
         parts = [name_or_path]
-    if store is not None:
-        parts.append(_StorePath(store))
-    if not parts:
+    if not parts and store is None:
         raise ConfigError("no testbed given; name a reference testbed, a table file or a results store")
     loaded = [tb for part in parts for tb in _load_parts(part)]
+    if store is not None:        # read as a store even before it holds results (a one-line error then)
+        loaded.append(_added(Testbed.from_store(store, name=Path(store).name)))
     merged = loaded[0]
     for tb in loaded[1:]:
         merged = merged.merge(tb, on_conflict=on_conflict, aliases=SETTING_ALIASES)
     return merged
 
 
-class _StorePath(type(Path())):  # type: ignore[misc]
-    """A path given as ``store=``: read as a results store even before it holds results."""
-
-
 def _load_parts(spec: str | Path | Testbed) -> list[Testbed]:
     if isinstance(spec, Testbed):
         return [spec]
-    if isinstance(spec, _StorePath):
-        return [_added(Testbed.from_store(spec, name=spec.name))]
     text = str(spec)
     if text in _REGISTRY:
         tb = _build(text)
