@@ -125,15 +125,6 @@ class CorrectnessMatrix:
 
 
 # ---------------------------------------------------------------------------- from a results store
-def _store(store: Store | str | Path) -> Store:
-    if isinstance(store, Store):
-        return store
-    path = Path(store)
-    if not path.is_dir():
-        raise ConfigError(f"{path}: no results store there; pass the --store directory that `shiftbench eval` wrote")
-    return Store(path)
-
-
 def _latest_keys(results: pd.DataFrame, convention: str) -> pd.DataFrame:
     """One key per (model, setting): the given class-subset convention (or ``full``), then the
     longest example list, then the latest (as :meth:`Testbed.from_store` picks)."""
@@ -147,7 +138,7 @@ def similarity_settings(store: Store | str | Path, min_models: int = 2, *,
                         convention: str = "restricted") -> pd.Series:
     """Settings of a results store with finished predictions of at least ``min_models`` models:
     the number of models per setting, most models first (then by name)."""
-    res = _store(store).results()
+    res = Store.existing(store).results()
     if res.empty:
         return pd.Series(dtype=int, name="n_models")
     counts = _latest_keys(res, convention).groupby("setting")["model"].nunique()
@@ -204,7 +195,7 @@ def correctness_matrix(store: Store | str | Path, setting: str, models: Iterable
     frame, and an example is right when the pm-k criterion holds (its anchor and every frame
     within k right) - so the matrices compare the numbers the setting reports, not frames.
     """
-    st = _store(store)
+    st = Store.existing(store)
     res = st.results()
     if res.empty:
         raise DataError(f"{st.root}: no finished results; run `shiftbench eval` first")

@@ -37,10 +37,17 @@ from typing import Any
 from shiftbench.errors import ConfigError, did_you_mean
 from shiftbench.shifts import check_shift, list_shifts
 from shiftbench.shifts.corruptions import CORRUPTIONS, SEVERITIES
-from shiftbench.views import FullView, imagenet_a_view, imagenet_r_view, objectnet_view, video_view
+from shiftbench.views import (
+    CONVENTIONS,  # noqa: F401  (re-exported)
+    FullView,
+    check_convention,  # noqa: F401  (re-exported: EvalRequest checks its convention here)
+    imagenet_a_view,
+    imagenet_r_view,
+    objectnet_view,
+    video_view,
+)
 from shiftbench.views.classmap import ClassMapSpec
 
-CONVENTIONS = ("restricted", "argmax-all")
 CUSTOM_PREFIXES = ("folder", "manifest", "hf", "composite")
 
 
@@ -261,8 +268,3 @@ def list_settings() -> dict[str, str]:
     """Registered setting names and descriptions."""
     return {name: s.description for name, s in _SETTINGS.items()}
 
-
-def check_convention(convention: str) -> str:
-    if convention not in CONVENTIONS:
-        raise ConfigError(did_you_mean("subset convention", convention, CONVENTIONS))
-    return convention

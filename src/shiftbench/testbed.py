@@ -128,7 +128,7 @@ class Testbed:
         acc.columns = [str(c) for c in acc.columns]
         if acc.index.has_duplicates:
             dup = acc.index[acc.index.duplicated()][0]
-            raise DataError(f"{self.source}: model {dup!r} appears twice; give each row a unique model name")
+            raise DataError(f"{self.source}: model {dup!r} appears in two rows; give each row a unique model name")
         if len(set(acc.columns)) != len(acc.columns):
             dup = next(c for c in acc.columns if list(acc.columns).count(c) > 1)
             raise DataError(f"{self.source}: setting {dup!r} appears twice; give each column a unique name")
@@ -195,9 +195,6 @@ class Testbed:
         meta_cols = [c for c in frame.columns if c in METADATA_COLUMNS or str(c).startswith(META_PREFIX)]
         size_cols = [c for c in frame.columns if str(c).endswith(SIZE_SUFFIX)]
         setting_cols = [c for c in frame.columns if c not in meta_cols and c not in size_cols and c != "model"]
-        if frame["model"].duplicated().any():
-            dup = frame.loc[frame["model"].duplicated(), "model"].iloc[0]
-            raise DataError(f"{source}: model {dup!r} appears in two rows; give each row a unique model name")
         frame = frame.set_index("model")
         meta = frame[meta_cols].rename(columns=lambda c: c[len(META_PREFIX):] if c.startswith(META_PREFIX) else c)
         sizes = frame[size_cols].rename(columns=lambda c: c[: -len(SIZE_SUFFIX)])

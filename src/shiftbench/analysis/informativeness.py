@@ -49,6 +49,7 @@ import pandas as pd
 from numpy.typing import ArrayLike
 from scipy import special
 
+from shiftbench.analysis.robustness import check_top
 from shiftbench.analysis.scaling import check_scale, transform
 from shiftbench.errors import ConfigError, DataError, did_you_mean
 from shiftbench.testbed import UNKNOWN_TYPE, Testbed
@@ -422,8 +423,7 @@ def informativeness_ranking(
 
 def top_informative(ranking: pd.DataFrame, top: int = 10, groups: Sequence[str] | None = None) -> pd.DataFrame:
     """The ``top`` most informative settings of each group in an :func:`informativeness_ranking`."""
-    if top < 1:
-        raise ConfigError(f"top={top} must be at least 1")
+    check_top(top)
     frame = ranking if groups is None else ranking[ranking["group"].isin(list(groups))]
     out = frame.groupby("group", sort=False, group_keys=False).head(top).reset_index(drop=True)
     out.attrs.update(ranking.attrs)

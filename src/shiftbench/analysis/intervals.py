@@ -14,7 +14,8 @@ from scipy import stats
 from shiftbench.errors import ConfigError
 
 
-def _check_confidence(confidence: float) -> float:
+def check_confidence(confidence: float) -> float:
+    """``confidence`` if it lies in (0, 1), else a ConfigError (every interval and band checks it here)."""
     if not 0.0 < confidence < 1.0:
         raise ConfigError(f"confidence={confidence!r} must be in (0, 1), e.g. 0.95 or 0.995")
     return confidence
@@ -22,7 +23,7 @@ def _check_confidence(confidence: float) -> float:
 
 def clopper_pearson(k: ArrayLike, n: ArrayLike, confidence: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
     """Exact binomial interval for ``k`` successes of ``n``, as fractions in [0, 1]."""
-    alpha = 1.0 - _check_confidence(confidence)
+    alpha = 1.0 - check_confidence(confidence)
     k = np.asarray(k, dtype=float)
     n = np.asarray(n, dtype=float)
     with np.errstate(invalid="ignore", divide="ignore"):

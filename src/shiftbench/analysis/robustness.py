@@ -149,6 +149,13 @@ def relative_robustness(
     return out
 
 
+def check_top(top: int) -> int:
+    """``top`` if it is at least 1, else a ConfigError (the ``top`` of every ranking)."""
+    if top < 1:
+        raise ConfigError(f"top={top} must be at least 1")
+    return top
+
+
 def most_effectively_robust(
     er: pd.DataFrame,
     top: int = 10,
@@ -158,8 +165,7 @@ def most_effectively_robust(
 ) -> pd.DataFrame:
     """The ``top`` models with the largest effective robustness in an :func:`effective_robustness`
     table, optionally only some model types or only models the trend was not fitted on."""
-    if top < 1:
-        raise ConfigError(f"top={top} must be at least 1")
+    check_top(top)
     frame = er
     if model_types is not None:
         frame = frame[frame["model_type"].isin(list(model_types))]

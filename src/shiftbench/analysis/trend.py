@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
+from shiftbench.analysis.intervals import check_confidence
 from shiftbench.analysis.scaling import check_scale, inverse, transform
 from shiftbench.errors import ConfigError, DataError
 from shiftbench.testbed import Testbed
@@ -439,8 +440,7 @@ def bootstrap_band(
     The band at each grid point is the central ``confidence`` interval of the refitted trends'
     predictions there. Vectorised and seeded: the same ``seed`` gives the same band.
     """
-    if not 0 < confidence < 1:
-        raise ConfigError(f"confidence={confidence!r} must be in (0, 1)")
+    check_confidence(confidence)
     g = np.linspace(0.1, 99.9, 100) if grid is None else np.sort(np.asarray(grid, dtype=float))
     coefs = bootstrap_coefficients(fit, n_resamples, seed)
     basis = fit.basis(transform(g, fit.scale))

@@ -60,7 +60,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from shiftbench.datasets.manifest import _read_table, check_table
+from shiftbench.datasets.manifest import _labels, _read_table, check_table
 from shiftbench.errors import ConfigError, DataError, did_you_mean
 
 RESERVED = ("path", "label", "group")
@@ -487,8 +487,6 @@ def _read_input(manifest: str | Path | pd.DataFrame, root: str | Path | None) ->
         base = Path(root) if root is not None else path.parent
         source = str(path.resolve())
     check_table(df, where, "path,label[,group] plus attribute columns")
-    if df["label"].isna().any():
-        raise DataError(f"{where} row {int(np.flatnonzero(df['label'].isna())[0]) + 1}: empty label")
     df["path"] = _resolve_paths(df, base, where)
     return df, where, source
 
@@ -569,23 +567,16 @@ def _ood_rows(values: dict[str, pd.Series], match: dict[str, np.ndarray], train_
 def _integer_labels(df: pd.DataFrame, where: str) -> list[str]:
     """Make ``df.label`` integer class indices in place; returns the class names.
 
-    Integer labels stay; class names become indices into their sorted list (what the engine does
-    for the whole manifest), the name kept in ``label_name``, so every split is scored in the same
-    label space even when it lacks some classes.
+    Integer labels stay; class names become indices into their sorted list, the name kept in
+    ``label_name``, so every split is scored in the same label space even when it lacks some
+    classes. The labels are parsed and checked (empty, negative, floats) as the engine parses
+    the whole manifest (:func:`shiftbench.datasets.manifest.manifest`).
     """
-    col = df["label"]
-    texts = [str(v).strip() for v in col.tolist()]
-    if pd.api.types.is_integer_dtype(col) or all(t.isdigit() for t in texts):
-        ints = [int(t) for t in texts]
-        df["label"] = ints
-        return [str(i) for i in range(max(ints) + 1)]
-    if pd.api.types.is_float_dtype(col):
-        raise DataError(f"{where}: labels must be integers or class names, got floats")
-    names = sorted(set(texts))
-    index = {n: i for i, n in enumerate(names)}
-    df["label_name"] = texts
-    df["label"] = [index[t] for t in texts]
-    return names
+    targets, names, k = _labels(df["label"], where, "row", 1, None)
+    if names is not None:
+        df["label_name"] = [str(v).strip() for v in df["label"].tolist()]
+    df["label"] = targets
+    return names if names is not None else [str(i) for i in range(k)]
 
 
 def _natural(v: str) -> tuple[int, float, str]:

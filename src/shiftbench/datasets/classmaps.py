@@ -102,17 +102,22 @@ def objectnet_folder_to_class() -> Mapping[str, str]:
 def _objectnet_to_imagenet() -> Mapping[str, tuple[int, ...]]:
     """ObjectNet class -> ImageNet-1k indices, matching the full ImageNet names of
     ``objectnet__objectnet_to_imagenet_1k.json`` (``;``-separated) against
-    ``objectnet__imagenet_to_labels.json``; an unknown or ambiguous name is an error."""
+    ``objectnet__imagenet_to_labels.json``; an unknown or ambiguous name, or a matched index
+    whose short name in ``imagenet_1k_classes.json`` differs, is an error."""
     full_names: dict[str, list[int]] = {}
     for k, v in _read_json("objectnet__imagenet_to_labels.json").items():
         full_names.setdefault(v, []).append(int(k))
+    short = imagenet_names()
     out: dict[str, tuple[int, ...]] = {}
     for on_class, names in _read_json("objectnet__objectnet_to_imagenet_1k.json").items():
         ids = []
         for name in names.split("; "):
             hits = full_names.get(name.strip(), [])
-            if len(hits) != 1:
-                raise DataError(f"ObjectNet class {on_class!r}: ImageNet name {name!r} matches {len(hits)} classes")
+            first = name.strip().split(", ")[0].replace(" ", "_")
+            if len(hits) != 1 or short[hits[0]] != first:
+                found = f"matches {len(hits)} classes" if len(hits) != 1 else f"is {short[hits[0]]!r}, not {first!r}"
+                raise DataError(f"ObjectNet class {on_class!r}: ImageNet name {name!r} {found} "
+                                "in the package class maps; reinstall shiftbench")
             ids.append(hits[0])
         out[on_class] = tuple(sorted(ids))
     return MappingProxyType(out)

@@ -127,10 +127,7 @@ def _open_store(store: str | Path | None):
         return None
     from shiftbench.store import Store  # deferred: loads pyarrow
 
-    path = Path(store)
-    if not path.is_dir():
-        raise ConfigError(f"{path}: no results store there; pass the --store directory that `shiftbench eval` wrote")
-    return Store(path)
+    return Store.existing(store)
 
 
 Shifts = Sequence[ShiftPair] | Mapping[str, Sequence[ShiftPair]]

@@ -35,7 +35,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from shiftbench.errors import StoreError
+from shiftbench.errors import ConfigError, StoreError
 from shiftbench.store.files import atomic_write as _atomic_write_bytes
 from shiftbench.store.files import atomic_write_with, file_lock
 
@@ -61,6 +61,17 @@ class Store:
         self.root = Path(root)
         if self.root.exists() and not self.root.is_dir():
             raise StoreError(f"{self.root}: is a file, not a results store directory; pass --store DIR")
+
+    @classmethod
+    def existing(cls, root: str | Path | Store) -> Store:
+        """The store at ``root`` for reading: a :class:`ConfigError` if no directory is there
+        (``Store(root)`` would create one on first write)."""
+        if isinstance(root, Store):
+            return root
+        path = Path(root)
+        if not path.is_dir():
+            raise ConfigError(f"{path}: no results store there; pass the --store directory that `shiftbench eval` wrote")
+        return cls(path)
 
     # ------------------------------------------------------------------ paths
     def _key_dir(self, key: str) -> Path:

@@ -110,6 +110,11 @@ def factor_accuracy(correct: Any, dataset: CompositeDataset) -> dict[str, pd.Dat
     return out
 
 
+def _check_percentile(percentile: float, where: str) -> None:
+    if not 0 < percentile <= 100:
+        raise ConfigError(f"{where}: percentile must be in (0, 100], got {percentile!r}")
+
+
 def location_heatmap(correct: Any, dataset: CompositeDataset, percentile: float = 95.0) -> pd.DataFrame:
     """SI-SCORE's location map: accuracy at each object centre divided by its 95th percentile.
 
@@ -118,8 +123,7 @@ def location_heatmap(correct: Any, dataset: CompositeDataset, percentile: float 
     possible, locations absent from the dataset are NaN. Over all other factors. If the
     percentile is 0 (nothing correct anywhere) the map is the raw accuracies (all 0).
     """
-    if not 0 < percentile <= 100:
-        raise ConfigError(f"location_heatmap: percentile must be in (0, 100], got {percentile!r}")
+    _check_percentile(percentile, "location_heatmap")
     acc = factor_accuracy(correct, dataset)["location"]
     grid = acc.pivot(index="y", columns="x", values="accuracy").sort_index().sort_index(axis=1) / 100
     ref = float(np.nanpercentile(acc["accuracy"] / 100, percentile)) if len(acc) else float("nan")
@@ -160,8 +164,7 @@ class CompositingStudy(Study):
         from shiftbench.engine.runner import evaluate  # deferred: loads Pillow, loads pyarrow
 
         spec, data_root, percentile = config.spec, config.data_root, config.percentile
-        if not 0 < percentile <= 100:
-            raise ConfigError(f"compositing_study: percentile must be in (0, 100], got {percentile!r}")
+        _check_percentile(percentile, "compositing_study")   # before the model runs
         setting = composite_setting(spec)
         # the spec is read (and checked) before the model is loaded
         dataset = spec if isinstance(spec, CompositeDataset) else load_dataset("composite", data_root, path=spec)

@@ -7,7 +7,7 @@ pm-k and calibration, all pure numpy functions of stored logits and labels.
 >>> top1(cols)
 50.0
 """
-from shiftbench.views._ops import CONVENTIONS
+from shiftbench.views._ops import CONVENTIONS, check_convention
 from shiftbench.views.base import COLUMNS, Target, View
 from shiftbench.views.classmap import ClassMapSpec, ClassMapView, read_class_map, resolve_class_map
 from shiftbench.views.full import FullView
@@ -25,7 +25,7 @@ from shiftbench.views.subset import SubsetView
 from shiftbench.views.superclass import SuperclassView
 
 __all__ = [
-    "View", "Target", "COLUMNS", "CONVENTIONS",
+    "View", "Target", "COLUMNS", "CONVENTIONS", "check_convention",
     "FullView", "SubsetView", "MappedView", "SuperclassView", "ClassMapView", "ClassMapSpec",
     "read_class_map", "resolve_class_map",
     "pm_k", "pm_k_anchors", "calibration", "top1", "top5",

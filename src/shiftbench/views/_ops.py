@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from shiftbench.errors import ConfigError, DataError
+from shiftbench.errors import ConfigError, DataError, did_you_mean
 
 #: padding of a multi-label target matrix; never equal to a prediction (predictions are
 #: ``>= 0``, or ``-1`` for "outside the view's label space" / top-5 padding)
@@ -91,8 +91,11 @@ def as_targets(targets: Any, n: int | None = None, view: str = "") -> np.ndarray
 
 
 def check_convention(convention: str) -> str:
+    """``convention`` if it is a class-subset convention, else a ConfigError (the one check, for
+    the views and for :class:`~shiftbench.engine.EvalRequest`)."""
     if convention not in CONVENTIONS:
-        raise ConfigError(f"unknown convention {convention!r}; use one of {', '.join(map(repr, CONVENTIONS))}")
+        raise ConfigError(did_you_mean("convention", str(convention), CONVENTIONS,
+                                       f"use one of {', '.join(map(repr, CONVENTIONS))}"))
     return convention
 
 

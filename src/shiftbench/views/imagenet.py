@@ -1,79 +1,51 @@
 """The standard ImageNet-family views, built from the class maps shipped as package data.
 
 The maps come from the public ImageNet testbed of Taori et al. 2020 (see
-``shiftbench/data/classmaps/README.md``). Nothing is read at import time; each builder reads
-the few small JSON files it needs.
+``shiftbench/data/classmaps/README.md``); they are read, checked and cached once, by
+:mod:`shiftbench.datasets.classmaps`. Nothing is read at import time.
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
 
-from shiftbench.errors import ConfigError, DataError, did_you_mean
+from shiftbench.errors import ConfigError, did_you_mean
 from shiftbench.views.mapped import MappedView
 from shiftbench.views.subset import SubsetView
 from shiftbench.views.superclass import SuperclassView
 
-CLASSMAPS = Path(__file__).parent.parent / "data" / "classmaps"
-
 #: video robustness set (the class map's file prefix) -> number of superclasses
 VIDEO_SETS = {"imagenet-vid-robust": 30, "ytbb-robust": 24}
-OBJECTNET_CLASSES, OBJECTNET_IMAGENET_IDS = 113, 125
-
-
-def _read(name: str) -> Any:
-    path = CLASSMAPS / name
-    try:
-        with path.open(encoding="utf-8") as f:
-            return json.load(f)
-    except FileNotFoundError:
-        raise DataError(f"class map {path} is missing; reinstall shiftbench (it ships as package data)") from None
 
 
 def imagenet_a_view(convention: str = "restricted") -> SubsetView:
     """The 200 ImageNet-A classes (Hendrycks et al. 2021) as a :class:`SubsetView`."""
-    return SubsetView("imagenet-a-classes", _read("imagenet-a_class_indices.json"), convention)
+    from shiftbench.datasets import classmaps as cm  # deferred: loads Pillow
+
+    return SubsetView("imagenet-a-classes", cm.imagenet_a_indices(), convention)
 
 
 def imagenet_r_view(convention: str = "restricted") -> SubsetView:
     """The 200 ImageNet-R classes (Hendrycks et al. 2021) as a :class:`SubsetView`."""
-    return SubsetView("imagenet-r-classes", _read("imagenet-r_class_indices.json"), convention)
+    from shiftbench.datasets import classmaps as cm  # deferred: loads Pillow
+
+    return SubsetView("imagenet-r-classes", cm.imagenet_r_indices(), convention)
 
 
 def objectnet_imagenet_ids() -> dict[str, list[int]]:
-    """ObjectNet class name -> the ImageNet-1k ids that map to it (113 classes, 125 ids).
+    """ObjectNet class name -> the ImageNet-1k ids that map to it (113 classes, 125 ids), both
+    sorted.
 
     The map lists ImageNet classes by their full label strings (``"analog clock"``), which are
-    matched exactly against ``objectnet__imagenet_to_labels.json`` (the published protocol);
-    each matched id must also carry that name in ``imagenet_1k_classes.json``.
+    matched exactly against ``objectnet__imagenet_to_labels.json`` (the published protocol) and
+    checked against the short names of ``imagenet_1k_classes.json``
+    (:func:`shiftbench.datasets.classmaps.imagenet_to_objectnet`).
     """
-    on_map: dict[str, str] = _read("objectnet__objectnet_to_imagenet_1k.json")
-    labels: dict[str, str] = _read("objectnet__imagenet_to_labels.json")
-    short: dict[str, list[str]] = _read("imagenet_1k_classes.json")
-    by_label: dict[str, list[int]] = {}
-    for idx, label in labels.items():
-        by_label.setdefault(label, []).append(int(idx))
-    out: dict[str, list[int]] = {}
-    for on_name, in_names in on_map.items():
-        ids = []
-        for label in in_names.split("; "):
-            hits = by_label.get(label, [])
-            if len(hits) != 1:
-                raise DataError(f"ObjectNet class {on_name!r}: ImageNet class {label!r} matches "
-                                f"{len(hits)} ImageNet ids in objectnet__imagenet_to_labels.json (need 1)")
-            first = label.split(", ")[0].replace(" ", "_")
-            if short[str(hits[0])][1] != first:
-                raise DataError(f"ObjectNet class {on_name!r}: ImageNet id {hits[0]} is "
-                                f"{short[str(hits[0])][1]!r} in imagenet_1k_classes.json, not {first!r}")
-            ids.append(hits[0])
-        out[on_name] = ids
-    n_ids = sum(len(v) for v in out.values())
-    distinct = len({i for v in out.values() for i in v})
-    if len(out) != OBJECTNET_CLASSES or n_ids != OBJECTNET_IMAGENET_IDS or distinct != n_ids:
-        raise DataError(f"ObjectNet map: expected {OBJECTNET_CLASSES} classes over "
-                        f"{OBJECTNET_IMAGENET_IDS} distinct ImageNet ids, got {len(out)} over {n_ids}")
+    from shiftbench.datasets import classmaps as cm  # deferred: loads Pillow
+
+    classes = cm.objectnet_classes()
+    out: dict[str, list[int]] = {c: [] for c in classes}
+    for imagenet_id, target in cm.imagenet_to_objectnet().items():
+        out[classes[target]].append(imagenet_id)
     return out
 
 
@@ -110,10 +82,8 @@ def video_view(which: str = "imagenet-vid-robust", targets_in_source_space: bool
     """
     if which not in VIDEO_SETS:
         raise ConfigError(did_you_mean("video set", which, VIDEO_SETS))
-    raw: dict[str, int] = _read(f"{which}__class_idx_map.json")
-    names = None
-    if which == "ytbb-robust":
-        index: dict[str, str] = _read("ytbb-robust__ytbb_class_index.json")
-        names = [index[str(i)] for i in range(VIDEO_SETS[which])]
-    return SuperclassView(f"{which}-classes", {int(k): int(v) for k, v in raw.items()}, VIDEO_SETS[which],
+    from shiftbench.datasets import classmaps as cm  # deferred: loads Pillow
+
+    names = list(cm.video_class_names(which)) if which == "ytbb-robust" else None
+    return SuperclassView(f"{which}-classes", dict(cm.imagenet_to_superclass(which)), VIDEO_SETS[which],
                           targets_in_source_space=targets_in_source_space, merge=merge, target_names=names)
