@@ -17,16 +17,20 @@ sys.path.insert(0, str(FIXTURES))
 from oracle_models import colour_of  # noqa: E402
 
 
-def test_request_resolves_settings_once_and_slices_by_model_and_dataset():
+def test_request_resolves_settings_once_and_slices_by_dataset_and_shard():
     req = EvalRequest.build(["python:a:f", "python:b:g"], ["val", "imagenet-r", "val-on-imagenet-a-classes"],
                             store="somewhere", batch_size=8)
     assert all(isinstance(s, Setting) for s in req.settings) and req.store == Path("somewhere")
     assert [[s.name for s in g] for g in req.groups()] == [["val", "val-on-imagenet-a-classes"], ["imagenet-r"]]
     tasks = list(req.tasks())
-    assert [(t.models, [s.name for s in t.settings]) for t in tasks] == [
-        (("python:a:f",), ["val", "val-on-imagenet-a-classes"]), (("python:a:f",), ["imagenet-r"]),
-        (("python:b:g",), ["val", "val-on-imagenet-a-classes"]), (("python:b:g",), ["imagenet-r"])]
-    assert all(t.batch_size == 8 for t in tasks)
+    both = ("python:a:f", "python:b:g")  # a task streams its dataset once for every model
+    assert [(t.models, t.setting_names, t.shard) for t in tasks] == [
+        (both, ["val", "val-on-imagenet-a-classes"], None), (both, ["imagenet-r"], None)]
+    sharded = list(req.tasks(shards=3))
+    assert [(t.setting_names[0], t.shard) for t in sharded] == [
+        ("val", (0, 3)), ("val", (1, 3)), ("val", (2, 3)), ("imagenet-r", (0, 3)), ("imagenet-r", (1, 3)),
+        ("imagenet-r", (2, 3))]
+    assert all(t.batch_size == 8 for t in tasks + sharded)
     assert isinstance(LocalExecutor(), Executor)
 
 

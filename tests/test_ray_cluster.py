@@ -1,10 +1,12 @@
 """The Ray executor where a lab would use it: a real two-node Ray cluster on this machine.
 
 Two 1-CPU nodes (Ray's own ``ray.cluster_utils.Cluster``, bound to 127.0.0.1) evaluate two
-models × four folder datasets (eight tasks, one per model × dataset) into one store; the
-second node is killed mid-run (its raylet and workers, no graceful drain). Ray's task retries
-re-run what it lost, and the store must end exactly as an uninterrupted local run leaves it:
-the same keys, the same rows, no duplicates; and the run records show tasks on both nodes.
+models × four folder datasets (four tasks, one per dataset, each streaming its dataset once for
+both models) into one store; the second node is killed mid-run (its raylet and workers, no
+graceful drain). Ray's task retries re-run what it lost, and the store must end exactly as an
+uninterrupted local run leaves it: the same keys, the same rows, no duplicates; and the run
+records show tasks on both nodes. The same request cut into three interleaved shards of each
+dataset's chunks (twelve tasks) leaves the same store again.
 """
 from __future__ import annotations
 
@@ -88,20 +90,23 @@ def test_two_node_ray_cluster_survives_a_killed_node_and_matches_a_local_run(tmp
         nodes = {cluster.head_node.node_id, second.node_id}
         ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
         startup = time.time() - t0
-        ref = _run_in_background(RayExecutor(max_retries=3), req)
+        ref = _run_in_background(RayExecutor(max_retries=3, shards=1), req)
         deadline = time.time() + 120
         in_flight: set[str] = set()
         while time.time() < deadline and not ref.done():
             on_second = (node_runs(store)["ray_node_id"] == second.node_id).any()
             in_flight = partial_keys(store)
-            if on_second and len(in_flight) == 2:            # both nodes are mid-task, and the second
-                break                                        # has already finished one
+            if on_second and len(in_flight) == 4:            # both nodes are mid-task (two keys each:
+                break                                        # one per model), the second has finished one
             time.sleep(0.02)
-        assert not ref.done() and len(in_flight) == 2, "the run ended before both nodes were mid-task"
+        assert not ref.done() and len(in_flight) == 4, "the run ended before both nodes were mid-task"
         killed_at = time.time()
         cluster.remove_node(second, allow_graceful=False)
         frame = ref.result(timeout=180)
         elapsed = time.time() - t0
+        # shards: each dataset's chunks cut three ways, every task streaming both models
+        monkeypatch.setenv("ORACLE_DELAY", "0")
+        sharded = RayExecutor(shards=3).run(request(tmp_path, tmp_path / "sharded"))
     finally:
         ray.shutdown()
         cluster.shutdown()
@@ -131,6 +136,16 @@ def test_two_node_ray_cluster_survives_a_killed_node_and_matches_a_local_run(tmp
     assert rerun, "no task in flight at the kill was run again"
     assert {(m, s) for m, ss in zip(runs["model"], runs["settings"]) for s in ss} == \
         set(zip(local["model"], local["setting"]))
+    assert set(runs["models_in_pass"]) == {2}
+
+    sharded_results, sharded_preds = stored(tmp_path / "sharded")
+    pd.testing.assert_frame_equal(sharded_results, local_results)
+    for key, rows in sharded_preds.items():
+        pd.testing.assert_frame_equal(rows, local_preds[key])
+    pd.testing.assert_frame_equal(sharded.drop(columns=["finished"]).reset_index(drop=True),
+                                  local.drop(columns=["finished"]).reset_index(drop=True))
+    shard_runs = Store(tmp_path / "sharded").runs()
+    assert sorted(map(tuple, shard_runs["shard"])) == sorted([(i, 3) for i in range(3)] * 4 * 2)
 
 
 def _run_in_background(executor, req):

@@ -335,9 +335,15 @@ def eval_cmd(
                                                       "(STANDARD, ROBUST_INTV, LP_ADV, MORE_DATA, ...).")] = None,
     partial: Annotated[bool, typer.Option("--partial", help="Accept a partial copy of a dataset (missing class "
                                            "folders) instead of failing.")] = False,
+    max_memory: Annotated[Optional[str], typer.Option(
+        "--max-memory", help="Bound on what one pass holds on its device (weights of the models streamed "
+        "together + a decoded and a shifted batch), e.g. 8GiB; models are split into passes that fit.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Evaluate models on settings; results go to the store and are printed."""
+    """Evaluate models on settings; results go to the store and are printed.
+
+    Several --model: each dataset is read once for all of them (each image decoded once, each
+    shift applied once per pixel pipeline, every model fed the same batches)."""
     from shiftbench.engine import EvalRequest, LocalExecutor  # deferred: loads Pillow, loads pyarrow
 
     if executor not in ("local", "ray"):
@@ -345,7 +351,7 @@ def eval_cmd(
     request = EvalRequest.build(
         model, setting, data_root=data_root, data_dirs=_data_dirs(data_dir), store=store, batch_size=batch_size,
         workers=workers, limit=limit, keep_logits=keep_logits, force=force, device=device, convention=convention,
-        chunk_size=chunk_size, partial=partial, arch=arch, model_type=model_type, seed=seed)
+        chunk_size=chunk_size, partial=partial, arch=arch, model_type=model_type, seed=seed, memory_limit=max_memory)
     if executor == "ray":
         from shiftbench.engine.ray_executor import RayExecutor  # deferred: loads Pillow, loads pyarrow
 

@@ -6,11 +6,12 @@ Stages (each timed; a rich progress bar on each):
    the UCI digits, written once to ``<workspace>/data/digits/digits.npz``;
 2. **train** - every zoo model not yet in ``<workspace>/models`` is trained (``jobs`` processes,
    one thread each) and written atomically as soon as it finishes;
-3. **evaluate** - ``shiftbench.evaluate`` for every model on ``mnist-test``,
-   ``mnist-test-uci-pipeline``, ``uci-digits``, ``uci-digits-fill`` (``n_test`` examples each) and
-   ``mnist-test+<corruption>.<severity>`` for the chosen corruptions and severities 1-5
-   (``n_corrupted`` examples) into the results store ``<workspace>/store``; finished keys are
-   skipped by the engine itself;
+3. **evaluate** - one multi-model pass (the engine's ``LocalExecutor``) of every model on
+   ``mnist-test``, ``mnist-test-uci-pipeline``, ``uci-digits``, ``uci-digits-fill`` (``n_test``
+   examples each) and ``mnist-test+<corruption>.<severity>`` for the chosen corruptions and
+   severities 1-5 (``n_corrupted`` examples) into the results store ``<workspace>/store``: each
+   digit is read and each corruption drawn once for all models; ``jobs`` processes each take an
+   interleaved shard of every dataset's chunks; finished keys are skipped by the engine itself;
 4. **report** - ``Testbed.from_store``, trends fitted on the STANDARD models, effective and
    relative robustness, figures and tables in ``report_dir`` (``digits.md``, ``digits/``).
 
@@ -43,6 +44,9 @@ SEVERITIES = (1, 2, 3, 4, 5)
 N_CORRUPTED = 500
 SMALL_N_TEST = 300
 BATCH_SIZE = 500
+#: examples per stored part in the demo's evaluation: the unit the evaluation shards split
+#: (the corrupted settings read 500 digits: two chunks, one per worker on two cores)
+CHUNK_SIZE = 250
 MARKER = "demo-run.json"
 
 
@@ -114,32 +118,38 @@ def train_model(name: str, workspace: str, data_dir: str) -> dict[str, Any]:
     return {"name": name, "seconds": seconds}
 
 
-def evaluate_model(name: str, workspace: str, groups: list[tuple[list[str], int | None]],
-                   batch_size: int = BATCH_SIZE) -> dict[str, Any]:
-    """Evaluate one cached zoo model on every group of settings (run in a worker process)."""
+def evaluate_shard(names: list[str], workspace: str, groups: list[tuple[list[str], int | None]], shard: int,
+                   n_shards: int, batch_size: int = BATCH_SIZE) -> dict[str, Any]:
+    """Evaluate every cached zoo model on every group of settings, one shard of each dataset's
+    chunks (run in a worker process): each digit is read and each corruption drawn once for all
+    the models, and shard ``shard`` of ``n_shards`` computes the chunks ``c % n_shards == shard``.
+    A key is finished by the shard that completes it last."""
     from shiftbench.demo.zoo import select_zoo, use_workspace  # deferred: loads Pillow, loads pyarrow
-    from shiftbench.engine import evaluate  # deferred: loads Pillow, loads pyarrow
+    from shiftbench.engine import EvalRequest, LocalExecutor  # deferred: loads Pillow, loads pyarrow
     from shiftbench.models import load_model  # deferred: registers on import
 
-    m = select_zoo([name])[-1]
     ws = Path(workspace)
     start = time.perf_counter()
     with use_workspace(ws):
-        kwargs: dict[str, Any] = {"name": m.name, "model_type": m.model_type, "tags": m.tags}
-        if m.framework == "torch":
-            kwargs["arch"] = m.recipe["arch"]
-        loaded = load_model(m.spec(ws), **kwargs)
+        models = []
+        for m in select_zoo(names):
+            kwargs: dict[str, Any] = {"name": m.name, "model_type": m.model_type, "tags": m.tags}
+            if m.framework == "torch":
+                kwargs["arch"] = m.recipe["arch"]
+            models.append(load_model(m.spec(ws), **kwargs))
         rows = []
         for settings, limit in groups:
             if not settings:
                 continue
+            request = EvalRequest.build(models, settings, data_root=ws / "data", store=ws / "store", limit=limit,
+                                        batch_size=batch_size, chunk_size=CHUNK_SIZE, workers=0,
+                                        shard=None if n_shards == 1 else (shard, n_shards))
             try:
-                res = evaluate(loaded, settings, data_root=ws / "data", store=ws / "store", limit=limit,
-                               batch_size=batch_size, workers=0, progress=False)
+                res = LocalExecutor().run(request, progress=False)
             except StoreError as exc:
                 raise StoreError(f"{exc}; then rerun `make demo` (finished results are kept)") from exc
             rows += res[["model", "setting", "accuracy", "n_examples"]].to_dict("records")
-    return {"name": name, "rows": rows, "seconds": time.perf_counter() - start}
+    return {"shard": shard, "rows": rows, "seconds": time.perf_counter() - start}
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -394,15 +404,18 @@ def run_digits_demo(
         main = ["mnist-test", "mnist-test-uci-pipeline", "uci-digits", "uci-digits-fill"]
         shifted = [f"mnist-test+{c}.{s}" for c in chosen for s in SEVERITIES]
         groups = [(main, n_test), (shifted, n_corr)]
-        task = st.progress.add_task(f"digits: evaluating {len(zoo)} models x {len(main) + len(shifted)} settings",
-                                    total=len(zoo))
-        results: list[dict[str, Any]] = []
+        task = st.progress.add_task(f"digits: evaluating {len(zoo)} models x {len(main) + len(shifted)} settings "
+                                    f"(one pass over the data for all models, {n_workers} shard(s))", total=n_workers)
+        results: dict[tuple[str, str], dict[str, Any]] = {}
 
         def done_eval(r: dict[str, Any]) -> None:
-            results.extend(r["rows"])
-            st.progress.update(task, advance=1, description=f"digits: evaluated {r['name']}")
+            for row in r["rows"]:  # a key both shards completed at once is reported by both
+                results.setdefault((row["model"], row["setting"]), row)
+            st.progress.update(task, advance=1)
 
-        _pool_map(evaluate_model, [(m.name, str(ws), groups) for m in zoo], n_workers, done_eval, "evaluation")
+        names = [m.name for m in zoo]
+        _pool_map(evaluate_shard, [(names, str(ws), groups, i, n_workers) for i in range(n_workers)], n_workers,
+                  done_eval, "evaluation")
         st.progress.update(task, description=f"digits: evaluated {len(zoo)} models x "
                                              f"{len(main) + len(shifted)} settings")
         times["evaluate"] = time.perf_counter() - t0

@@ -1,5 +1,6 @@
 """The evaluation engine: one :class:`EvalRequest`, run by an executor (local or Ray) that owns
-the loop over (model × dataset); the runner does one forward pass per (model, dataset)."""
+the loop over models × datasets; the runner streams each dataset once for every model (one
+decode, one shift per pixel pipeline, every view of each model's forward pass)."""
 from shiftbench.engine.executor import Executor, LocalExecutor
 from shiftbench.engine.request import EvalRequest
 from shiftbench.engine.runner import evaluate

@@ -1,10 +1,11 @@
 """Executors: who runs an :class:`~shiftbench.engine.request.EvalRequest`.
 
-Every executor owns the loop over (model × dataset group) and returns one table of results,
-one row per (model, setting), in the request's order. :class:`LocalExecutor` runs the passes
-in this process; :class:`~shiftbench.engine.ray_executor.RayExecutor` sends each
-(model × dataset group) slice of the request to a Ray task, which runs it with a
-:class:`LocalExecutor` on its node and writes to the same store.
+Every executor owns the loop over models × datasets and returns one table of results, one row
+per (model, setting), in the request's order. :class:`LocalExecutor` runs the passes in this
+process: each dataset is streamed once for all the models (decoded once, each shift applied
+once, every model fed the same batches); :class:`~shiftbench.engine.ray_executor.RayExecutor`
+sends each (dataset × shard of its chunks) slice of the request, with all its models, to a Ray
+task, which runs it the same way on its node and writes to the same store.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 import pandas as pd
 
 from shiftbench.engine.request import EvalRequest
-from shiftbench.engine.runner import ProgressFn, result_frame, run_model
+from shiftbench.engine.runner import ProgressFn, failure, result_frame, run_models
 
 
 @runtime_checkable
@@ -26,15 +27,16 @@ class Executor(Protocol):
 
 
 class LocalExecutor:
-    """Runs a request in this process: for each model (loaded once), one forward pass per dataset
-    that serves all of that dataset's settings. ``run_meta`` is added to each stored run record
-    (a Ray task adds its node and task ids)."""
+    """Runs a request in this process: one stream per dataset serves every model and every
+    setting of that dataset (models grouped to fit ``request.memory_limit``). A model that fails
+    is named in a :class:`~shiftbench.errors.ModelError` raised after the others have finished.
+    ``run_meta`` is added to each stored run record (a Ray task adds its node and task ids)."""
 
     def __init__(self, run_meta: Mapping[str, Any] | None = None) -> None:
         self.run_meta = dict(run_meta or {})
 
     def run(self, request: EvalRequest, progress: bool | ProgressFn = True) -> pd.DataFrame:
-        groups = request.groups()
-        rows = [row for model in request.models
-                for row in run_model(model, groups, request, progress=progress, run_meta=self.run_meta)]
+        rows, failed = run_models(request, progress=progress, run_meta=self.run_meta)
+        if failed:
+            raise failure(failed, request)
         return result_frame(rows, request)

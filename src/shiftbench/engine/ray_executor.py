@@ -1,9 +1,10 @@
-"""Fan (model × dataset) slices of one evaluation request out over a Ray cluster.
+"""Fan (dataset × shard) slices of one evaluation request out over a Ray cluster.
 
-Each Ray task receives one :meth:`~shiftbench.engine.request.EvalRequest.slice` of the request
-(one model, the settings of one dataset) and runs it with a
-:class:`~shiftbench.engine.executor.LocalExecutor` on its node, writing to the same store (a
-shared disk: local, NFS, or a mounted bucket). A worker or node that dies has its task retried
+Each Ray task receives one of :meth:`~shiftbench.engine.request.EvalRequest.tasks`: the settings
+of one dataset, one interleaved shard of its chunks, and every model of the request, which it
+streams as :class:`~shiftbench.engine.executor.LocalExecutor` does (each image decoded and
+shifted once for all models) on its node, writing to the same store (a shared disk: local,
+NFS, or a mounted bucket). A key is finished by whichever shard task completes it last. A worker or node that dies has its task retried
 by Ray (``max_retries``); because every finished chunk is an atomically written part with a
 deterministic name, the retry resumes where the dead worker stopped and the store never holds
 duplicate rows. Each task's run record in the store names the Ray node and task that ran it.
@@ -16,33 +17,41 @@ from typing import Any
 import pandas as pd
 
 from shiftbench.engine.request import EvalRequest
-from shiftbench.engine.runner import ProgressFn, result_frame
-from shiftbench.errors import ConfigError
+from shiftbench.engine.runner import ProgressFn, failure, result_frame
+from shiftbench.errors import ConfigError, ModelError
 
 
-def _run_slice(request: EvalRequest) -> pd.DataFrame:
-    """A Ray task: one (model × dataset group) slice, run here, recorded with this node's id."""
+def _run_slice(request: EvalRequest) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """A Ray task: one (dataset × shard) slice with every model, run here, recorded with this
+    node's id. Returns its rows and its failed models (not raised: a model error is not a
+    reason for Ray to retry the task)."""
     import ray  # deferred: loads ray
 
-    from shiftbench.engine.executor import LocalExecutor  # deferred: loads Pillow, loads pyarrow
+    from shiftbench.engine.runner import run_models  # deferred: loads Pillow, loads pyarrow
 
     ctx = ray.get_runtime_context()
-    return LocalExecutor(run_meta={"executor": "ray", "ray_node_id": ctx.get_node_id(),
-                                   "ray_task_id": ctx.get_task_id()}).run(request, progress=False)
+    rows, failed = run_models(request, progress=False, run_meta={
+        "executor": "ray", "ray_node_id": ctx.get_node_id(), "ray_task_id": ctx.get_task_id()})
+    return rows, {name: str(exc) for name, exc in failed.items()}
 
 
 class RayExecutor:
-    """Runs a request as Ray tasks, one per (model × dataset group).
+    """Runs a request as Ray tasks, one per (dataset group × shard of its chunks), each with
+    every model of the request.
 
     ``address`` is a Ray cluster address (``ray://host:10001``, ``auto``, or a GCS address);
     without it, and with no Ray connection already open, a local Ray instance is started (and
-    shut down afterwards). The request's ``store`` must be a path every worker can reach.
+    shut down afterwards). ``shards`` is the number of shards per dataset (default: as many as
+    the cluster has task slots, ``CPU / num_cpus_per_task``; one with ``force``, whose tasks first
+    forget the keys they recompute). The request's ``store`` must be a path every worker can reach.
     """
 
     def __init__(self, address: str | None = None, *, max_retries: int = 3, num_cpus_per_task: float = 1.0,
-                 runtime_env: dict[str, Any] | None = None) -> None:
+                 runtime_env: dict[str, Any] | None = None, shards: int | None = None) -> None:
+        if shards is not None and shards < 1:
+            raise ConfigError(f"shards={shards} must be at least 1")
         self.address, self.max_retries = address, max_retries
-        self.num_cpus_per_task, self.runtime_env = num_cpus_per_task, runtime_env
+        self.num_cpus_per_task, self.runtime_env, self.shards = num_cpus_per_task, runtime_env, shards
 
     def run(self, request: EvalRequest, progress: bool | ProgressFn = False) -> pd.DataFrame:
         """``progress`` is not shown (the passes run on the workers); the argument keeps the
@@ -60,11 +69,21 @@ class RayExecutor:
             if self.runtime_env:
                 options["runtime_env"] = self.runtime_env
             remote = ray.remote(**options)(_run_slice)
-            frames = ray.get([remote.remote(task) for task in request.tasks()])
+            shards = self.shards or max(1, int(ray.cluster_resources().get("CPU", 1) // self.num_cpus_per_task))
+            if request.force:  # each task forgets its keys first: one task per dataset, or shards would race
+                shards = 1
+            outputs = ray.get([remote.remote(task) for task in request.tasks(shards)])
         finally:
             if started_here:
                 ray.shutdown()
-        return result_frame([row for f in frames for row in f.to_dict("records")], request)
+        failed = {name: why for _, f in outputs for name, why in f.items()}
+        if failed:
+            raise failure({name: ModelError(why) for name, why in failed.items()}, request)
+        rows: dict[tuple[str, str], dict[str, Any]] = {}
+        for task_rows, _ in outputs:  # a key two shards completed at once is reported by both
+            for row in task_rows:
+                rows.setdefault((row["model"], row["setting"]), row)
+        return result_frame(list(rows.values()), request)
 
 
 def evaluate_ray(models: Sequence[str], settings: Sequence[str], *, address: str | None = None,

@@ -5,12 +5,16 @@ An :class:`EvalRequest` is built (and validated) once where user input enters �
 executor (:class:`~shiftbench.engine.executor.LocalExecutor`,
 :class:`~shiftbench.engine.ray_executor.RayExecutor`), which owns the loop over
 (model × dataset group). Settings are resolved into :class:`~shiftbench.settings.Setting`
-objects here, once; a Ray task receives a :meth:`EvalRequest.slice` of the request (one model,
-the settings of one dataset), not a fan-out of keyword arguments.
+objects here, once; a Ray task receives a slice of the request (:meth:`EvalRequest.tasks`: the
+settings of one dataset, one shard of its chunks, every model), not a fan-out of keyword arguments.
 
 >>> req = EvalRequest.build("python:mod:fn", ["val", "val-on-imagenet-a-classes", "imagenet-r"])
 >>> [[s.name for s in g] for g in req.groups()]
 [['val', 'val-on-imagenet-a-classes'], ['imagenet-r']]
+>>> [(t.setting_names, t.shard) for t in req.tasks(shards=2)][:2]
+[(['val', 'val-on-imagenet-a-classes'], (0, 2)), (['val', 'val-on-imagenet-a-classes'], (1, 2))]
+>>> EvalRequest.build("python:mod:fn", "val", memory_limit="1.5GiB").memory_limit
+1610612736
 """
 from __future__ import annotations
 
@@ -53,6 +57,13 @@ class EvalRequest:
     arch: str | None = None
     model_type: str | None = None
     seed: int = 0
+    #: bytes a pass may hold on its device (the weights of the models streamed together, plus one
+    #: decoded and one shifted batch per pixel pipeline); ``None``: every model in one pass
+    memory_limit: int | None = None
+    #: ``(index, count)``: compute only the chunks ``c`` with ``c % count == index`` (a Ray task's
+    #: shard of each dataset); a key is finished by whichever shard completes it last (shards
+    #: running at once must not ``force``: each would forget the others' parts)
+    shard: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
 
@@ -72,6 +83,10 @@ class EvalRequest:
             raise ConfigError(f"workers={self.workers} must be 0 (decode in the main process) or more")
         if self.limit is not None and self.limit < 1:
             raise ConfigError(f"limit={self.limit} must be at least 1")
+        if self.shard is not None and not (len(self.shard) == 2 and 0 <= self.shard[0] < self.shard[1]):
+            raise ConfigError(f"shard={self.shard} must be (index, count) with 0 <= index < count")
+        if self.memory_limit is not None and self.memory_limit < 1:
+            raise ConfigError(f"memory_limit={self.memory_limit} must be a positive size, e.g. 4GiB")
 
     @classmethod
     def build(cls, models: Any, settings: str | Setting | Sequence[str | Setting], *,
@@ -87,6 +102,8 @@ class EvalRequest:
         resolved = tuple(s if isinstance(s, Setting) else get_setting(s) for s in names)
         root = store.root if isinstance(store, Store) else Path(store)
         dirs = None if data_dirs is None else {str(k): str(v) for k, v in data_dirs.items()}
+        if options.get("memory_limit") is not None:
+            options["memory_limit"] = parse_size(options["memory_limit"])
         return cls(models=model_list, settings=resolved, data_root=Path(data_root), data_dirs=dirs, store=root,
                    **options)
 
@@ -103,11 +120,13 @@ class EvalRequest:
             groups.setdefault(s.dataset_key, []).append(s)
         return [tuple(g) for g in groups.values()]
 
-    def tasks(self) -> Iterator[EvalRequest]:
-        """One slice per (model × dataset group): the unit a distributed executor schedules."""
-        for model in self.models:
-            for group in self.groups():
-                yield self.slice(model, group)
+    def tasks(self, shards: int = 1) -> Iterator[EvalRequest]:
+        """The unit a distributed executor schedules: one dataset group × one of ``shards``
+        interleaved shards of its chunks, with every model (one decode and one shift per image
+        serves them all)."""
+        for group in self.groups():
+            for i in range(shards):
+                yield replace(self, settings=group, shard=None if shards == 1 else (i, shards))
 
     def slice(self, model: Any, settings: Sequence[Setting]) -> EvalRequest:
         """This request narrowed to one model and some of its settings (no re-validation needed)."""
@@ -115,3 +134,13 @@ class EvalRequest:
 
     def open_store(self) -> Store:
         return Store(self.store)
+
+
+def parse_size(value: int | str) -> int:
+    """Bytes from ``4GiB``, ``512MB``, ``1.5G`` or a plain number (pydantic's ``ByteSize``)."""
+    from pydantic import ByteSize, TypeAdapter, ValidationError  # deferred: loads pydantic
+
+    try:
+        return int(TypeAdapter(ByteSize).validate_python(value))
+    except ValidationError:
+        raise ConfigError(f"memory limit {value!r} is not a size; write e.g. 4GiB, 512MB or 2000000000") from None

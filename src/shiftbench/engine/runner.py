@@ -33,7 +33,7 @@ from rich.text import Text
 
 from shiftbench.datasets.base import ImageDataset, ImageDecodeError
 from shiftbench.engine.request import EvalRequest
-from shiftbench.errors import ConfigError, ShiftbenchError, ShiftError
+from shiftbench.errors import ConfigError, ModelError, ShiftbenchError, ShiftError
 from shiftbench.models import check_logits, load_model
 from shiftbench.models.base import LoadedModel
 from shiftbench.settings import Setting
@@ -49,10 +49,11 @@ ProgressFn = Callable[[str, int, int], None]
 
 # ---------------------------------------------------------------------------- decoding
 class _Decoded:
-    """torch Dataset view of an ImageDataset: (tensor in [0, 1], index, error or '')."""
+    """torch Dataset view of an ImageDataset: (one tensor in [0, 1] per pixel pipeline, index,
+    error or ''). Each image is decoded once, whatever the number of pipelines."""
 
-    def __init__(self, dataset: ImageDataset, transform: Callable, size: tuple[int, int]) -> None:
-        self.dataset, self.transform, self.size = dataset, transform, size
+    def __init__(self, dataset: ImageDataset, pipelines: Sequence[tuple[Callable, tuple[int, int]]]) -> None:
+        self.dataset, self.pipelines = dataset, list(pipelines)
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -61,9 +62,20 @@ class _Decoded:
         import torch  # deferred: loads torch
 
         try:
-            return self.transform(self.dataset.load(i)), i, ""
+            image = self.dataset.load(i)
+            return tuple(transform(image) for transform, _ in self.pipelines), i, ""
         except ImageDecodeError as exc:
-            return torch.zeros(3, *self.size), i, exc.reason
+            return tuple(torch.zeros(3, *size) for _, size in self.pipelines), i, exc.reason
+
+
+@dataclass
+class _Batch:
+    """A scored batch of one pass: its indices, decode errors, per-setting scores, float16 logits."""
+
+    idx: np.ndarray
+    errors: list[str]
+    scored: dict[str, Any]
+    logits: np.ndarray | None
 
 
 class _ChunkBatches:
@@ -97,32 +109,50 @@ def _targets_column(targets: Sequence[Any]) -> pa.Array:
                     type=pa.list_(pa.int32()))
 
 
-def _part_table(job: _Job, dataset: ImageDataset, idx: np.ndarray, logits: np.ndarray,
-                errors: Sequence[str]) -> pa.Table:
-    """Per-example rows of one chunk for one setting (kept examples only)."""
+#: per-example score columns of a part, with the value of an example that could not be decoded
+SCORE_COLUMNS = {"pred": (np.int32, -1), "top5": (np.int32, -1), "correct": (bool, False), "correct5": (bool, False),
+                 "confidence": (np.float32, np.nan), "p_true": (np.float32, np.nan), "p_sq_sum": (np.float32, np.nan)}
+
+
+@dataclass
+class _Scored:
+    """One batch scored for one setting (kept examples only): what a part is built from. The
+    logits are scored as they come, so a chunk in flight holds a few numbers per example and
+    setting, not the logits of every model × shift."""
+
+    idx: np.ndarray
+    errors: list[str]
+    cols: dict[str, np.ndarray]
+
+
+def _score(job: _Job, dataset: ImageDataset, idx: np.ndarray, logits: np.ndarray, errors: Sequence[str]) -> _Scored:
     keep = job.keep[idx]
     idx, logits = idx[keep], logits[keep]
     errors = [e for e, k in zip(errors, keep) if k]
     ok = np.array([not e for e in errors], dtype=bool)
-    targets = [dataset.targets[i] for i in idx]
     n = len(idx)
-    cols: dict[str, Any] = {
-        "pred": np.full(n, -1, np.int32), "top5": np.full((n, 5), -1, np.int32),
-        "correct": np.zeros(n, bool), "correct5": np.zeros(n, bool),
-        "confidence": np.full(n, np.nan, np.float32), "p_true": np.full(n, np.nan, np.float32),
-        "p_sq_sum": np.full(n, np.nan, np.float32),
-    }
+    cols = {name: np.full((n, 5) if name == "top5" else n, fill, dtype) for name, (dtype, fill) in SCORE_COLUMNS.items()}
     if ok.any():
-        out = job.view.apply(logits[ok], [t for t, o in zip(targets, ok) if o])
+        out = job.view.apply(logits[ok], [dataset.targets[i] for i, o in zip(idx, ok) if o])
         for name in cols:
             cols[name][ok] = np.asarray(out[name])
+    return _Scored(idx, errors, cols)
+
+
+def _part_table(dataset: ImageDataset, parts: Sequence[_Scored]) -> pa.Table:
+    """Per-example rows of one chunk for one setting, from its scored batches."""
+    idx = np.concatenate([p.idx for p in parts])
+    errors = [e for p in parts for e in p.errors]
+    cols = {name: np.concatenate([p.cols[name] for p in parts]) for name in SCORE_COLUMNS}
+    targets = [dataset.targets[i] for i in idx]
+    n = len(idx)
     return pa.table({
         "index": pa.array(idx, pa.int64()),
         "id": pa.array([dataset.ids[i] for i in idx], pa.string()),
         "target": _targets_column(targets),
         "group": pa.array([dataset.groups[i] for i in idx] if dataset.groups else [None] * n, pa.string()),
         "offset": pa.array([dataset.offsets[i] for i in idx] if dataset.offsets else [None] * n, pa.int32()),
-        "status": pa.array(["ok" if o else "skipped" for o in ok], pa.string()),
+        "status": pa.array(["skipped" if e else "ok" for e in errors], pa.string()),
         "error": pa.array([e or None for e in errors], pa.string()),
         "pred": pa.array(cols["pred"]),
         "top5": pa.array(list(cols["top5"]), pa.list_(pa.int32())),
@@ -169,8 +199,9 @@ class Pass:
 
     def __init__(self, model: LoadedModel, dataset: ImageDataset, settings: Sequence[Setting], store: Store, *,
                  convention: str = "restricted", chunk_size: int = 1024, keep_logits: bool = False,
-                 force: bool = False, shift: Any = None, seed: int = 0) -> None:
-        self.model, self.dataset, self.store = model, dataset, store
+                 force: bool = False, shift: Any = None, seed: int = 0,
+                 shard: tuple[int, int] | None = None) -> None:
+        self.model, self.dataset, self.store, self.shard = model, dataset, store, shard
         self.chunk_size, self.keep_logits = chunk_size, keep_logits
         self.shift, self.seed = shift, seed
         self.n_chunks = math.ceil(len(dataset) / chunk_size) if len(dataset) else 0
@@ -199,22 +230,42 @@ class Pass:
                 store.forget(key)
             self.jobs.append(_Job(s, view, key, np.asarray(view.keep(dataset.targets), dtype=bool)))
         self.conventions = {j.key: (convention if j.setting.uses_convention else "full") for j in self.jobs}
+        self._wanted: tuple[int | None, list[_Job]] = (None, [])
 
     def todo_chunks(self) -> list[int]:
-        """Chunks some unfinished setting still lacks, in order."""
+        """Chunks (of this pass's shard) some unfinished setting still lacks, in order."""
         pending = [j for j in self.jobs if not self.store.is_done(j.key)]
         have = {j.key: self.store.parts(j.key) for j in pending}
-        return [c for c in range(self.n_chunks) if any(c not in have[j.key] for j in pending)]
+        mine = range(self.n_chunks) if self.shard is None else range(self.shard[0], self.n_chunks, self.shard[1])
+        return [c for c in mine if any(c not in have[j.key] for j in pending)]
 
-    def _write_chunk(self, chunk: int, idx: np.ndarray, logits: np.ndarray, errors: Sequence[str]) -> None:
+    def score(self, chunk: int, idx: np.ndarray, logits: np.ndarray, errors: Sequence[str]) -> _Batch:
+        """One batch of ``chunk`` scored for every setting that still lacks the chunk (float16
+        logits kept too with ``keep_logits``): a part of what :meth:`write` stores."""
+        if self._wanted[0] != chunk:  # the settings that lack this chunk, looked up once per chunk
+            self._wanted = (chunk, [job for job in self.jobs if not self.store.is_done(job.key)
+                                    and chunk not in self.store.parts(job.key)])
+        scored = {job.key: _score(job, self.dataset, idx, logits, errors) for job in self._wanted[1]}
+        half = logits.astype(np.float16) if self.keep_logits else None
+        return _Batch(idx, list(errors), scored, half)
+
+    def write(self, chunk: int, batches: Sequence[_Batch]) -> None:
+        """Write ``chunk`` from its scored batches: one part per setting (and its logits)."""
+        self._wanted = (None, [])
         for job in self.jobs:
-            if not self.store.is_done(job.key) and chunk not in self.store.parts(job.key):
-                self.store.write_part(job.key, chunk, _part_table(job, self.dataset, idx, logits, errors))
+            parts = [b.scored[job.key] for b in batches if job.key in b.scored]
+            if parts and not self.store.is_done(job.key) and chunk not in self.store.parts(job.key):
+                self.store.write_part(job.key, chunk, _part_table(self.dataset, parts))
         if self.keep_logits and not self.store.has_logits(self.pass_key, chunk):
-            half = logits.astype(np.float16)
+            idx = np.concatenate([b.idx for b in batches])
+            errors = [e for b in batches for e in b.errors]
+            half = np.concatenate([b.logits for b in batches])
             self.store.write_logits(self.pass_key, chunk, pa.table({
                 "index": pa.array(idx, pa.int64()), "error": pa.array([e or None for e in errors], pa.string()),
                 "logits": pa.FixedSizeListArray.from_arrays(pa.array(half.ravel(), pa.float16()), half.shape[1])}))
+
+    def _write_chunk(self, chunk: int, idx: np.ndarray, logits: np.ndarray, errors: Sequence[str]) -> None:
+        self.write(chunk, [self.score(chunk, idx, logits, errors)])
 
     def _from_stored_logits(self, chunk: int) -> bool:
         if not self.store.has_logits(self.pass_key, chunk):
@@ -233,11 +284,28 @@ class Pass:
 
     def forward(self, module: Any, x: Any, idx: Any, errors: Sequence[str], expected: int) -> np.ndarray:
         """Logits of this pass for one decoded batch: the shift (if any) on [0, 1] pixels, then the model."""
+        return self.logits(self.shifted(module, x, idx), errors, expected)
+
+    def shifted(self, module: Any, x: Any, idx: Any) -> Any:
+        """The batch under this pass's shift (``x`` itself for the clean pass), channels-last."""
         import torch  # deferred: loads torch
 
-        if self.shift is not None:
-            x = self._shifted(module, x, idx).contiguous(memory_format=torch.channels_last)
-        logits = module(x).float().cpu().numpy()
+        if self.shift is None:
+            return x
+        return self._shifted(module, x, idx).contiguous(memory_format=torch.channels_last)
+
+    def logits(self, x: Any, errors: Sequence[str], expected: int) -> np.ndarray:
+        """The model on an (already shifted) batch, checked: a failure inside the model, a wrong
+        output width or non-finite logits is a one-line :class:`ModelError` naming the model."""
+        try:
+            logits = self.model.module(x).float().cpu().numpy()
+        except ShiftbenchError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any failure inside a model is reported as one
+            why = " ".join(str(exc).split())[:300] or "no message"
+            hint = "; try a smaller --batch-size" if "out of memory" in why.lower() else ""
+            raise ModelError(f"model {self.model.name!r} failed on dataset {self.dataset.name!r} "
+                             f"({type(exc).__name__}: {why}){hint}; rerun with --debug for the traceback") from exc
         _check_logits(logits, self.model, errors, expected)
         return logits
 
@@ -303,53 +371,77 @@ CPU_SLICE_BYTES = 4 << 20
 
 
 def run_dataset(passes: Sequence[Pass], *, device: str, batch_size: int, workers: int,
-                on_images: Callable[[int], None]) -> None:
-    """Decode each needed image of the dataset once and feed every pass (clean and each shift);
-    on CPU in slices of :data:`CPU_SLICE_BYTES`."""
+                on_images: Callable[[int], None]) -> dict[str, ModelError]:
+    """Stream one dataset once for every pass (models × shifts): each needed image is decoded
+    once, put through each distinct pixel pipeline (:meth:`Preprocessing.pixel_dict`) once, each
+    shift runs once per pipeline for every model that shares it (PGD, which attacks a model, once
+    per model), and every model sees its batches; on CPU in slices of :data:`CPU_SLICE_BYTES`.
+
+    A model that fails (an exception inside it, a wrong output width, non-finite logits) is
+    dropped from the stream with its unfinished chunk; the others go on. Returns the failures,
+    by model name (a failing shift fails every model: it raises :class:`ShiftError`)."""
     import torch  # deferred: loads torch
 
-    if not passes:
-        return
-    first = passes[0]
+    failed: dict[str, ModelError] = {}
     needed = {p: set(p.pending()) for p in passes}
-    chunks = sorted(set().union(*needed.values()))
+    chunks = sorted(set().union(*needed.values())) if passes else []
     if not chunks:
-        return
-    pre = first.model.preprocessing
+        return failed
+    first = passes[0]
+    pipes: dict[str, Any] = {}
+    for p in passes:
+        pipes.setdefault(digest(p.model.preprocessing.pixel_dict()), p.model.preprocessing)
+    pipe_index = {k: i for i, k in enumerate(pipes)}
+    # a stream: the passes fed by one (pixel pipeline, shift); a model-attacking shift is per model
+    streams: dict[tuple[int, Any], list[Pass]] = {}
+    for p in passes:
+        shift_key = None if p.shift is None else (p.shift.id, p.model.name if p.shift.needs_model else None)
+        streams.setdefault((pipe_index[digest(p.model.preprocessing.pixel_dict())], shift_key), []).append(p)
+    expected = {p.model.name: expected_width(first.dataset, [j.view for q in passes if q.model is p.model
+                                                             for j in q.jobs]) for p in passes}
     loader = torch.utils.data.DataLoader(
-        _Decoded(first.dataset, pre.transform(), pre.input_hw),
+        _Decoded(first.dataset, [(pre.transform(), pre.input_hw) for pre in pipes.values()]),
         batch_sampler=_ChunkBatches(chunks, first.chunk_size, len(first.dataset), batch_size),
         num_workers=workers, persistent_workers=False, pin_memory=device.startswith("cuda"),
         prefetch_factor=4 if workers else None)
-    module = first.model.module
-    expected = expected_width(first.dataset, [j.view for p in passes for j in p.jobs])
     current: int | None = None
-    buffers: dict[Pass, list[Any]] = {}
+    buffers: dict[Pass, list[_Batch]] = {}
 
     def flush() -> None:
-        for p, (idx_parts, logit_parts, err_parts) in buffers.items():
-            p._write_chunk(current, np.concatenate(idx_parts), np.concatenate(logit_parts), sum(err_parts, []))
+        for p, batches in buffers.items():
+            if p.model.name not in failed:
+                p.write(current, batches)
         buffers.clear()
 
     with torch.inference_mode():
-        for x, idx, err in loader:
+        for xs, idx, err in loader:
             chunk = int(idx[0]) // first.chunk_size
             if current is not None and chunk != current:
                 flush()
             current = chunk
-            x = x.to(device, non_blocking=True).contiguous(memory_format=torch.channels_last)
-            step = len(idx) if x.device.type != "cpu" else max(1, CPU_SLICE_BYTES // max(1, x[0].nbytes))
-            for p in passes:
-                if chunk in needed[p]:
-                    buf = buffers.setdefault(p, ([], [], []))
-                    for s in range(0, len(idx), step):
-                        errors = list(err[s:s + step])
-                        buf[0].append(idx[s:s + step].numpy())
-                        buf[1].append(p.forward(module, x[s:s + step], idx[s:s + step], errors, expected))
-                        buf[2].append(errors)
+            on_device = [x.to(device, non_blocking=True).contiguous(memory_format=torch.channels_last) for x in xs]
+            for (pipe, _), members in streams.items():
+                live = [p for p in members if chunk in needed[p] and p.model.name not in failed]
+                if not live:
+                    continue
+                x = on_device[pipe]
+                step = len(idx) if x.device.type != "cpu" else max(1, CPU_SLICE_BYTES // max(1, x[0].nbytes))
+                for s in range(0, len(idx), step):
+                    errors, part = list(err[s:s + step]), idx[s:s + step]
+                    shifted = live[0].shifted(live[0].model.module, x[s:s + step], part)
+                    for p in live:
+                        if p.model.name in failed:
+                            continue
+                        try:
+                            logits = p.logits(shifted, errors, expected[p.model.name])
+                        except ModelError as exc:
+                            failed[p.model.name] = exc
+                            continue
+                        buffers.setdefault(p, []).append(p.score(chunk, part.numpy(), logits, errors))
             on_images(len(idx))
     if current is not None:
         flush()
+    return failed
 
 
 #: Label spaces whose views read ImageNet-1k logits (subsets, ObjectNet mapping, superclasses).
@@ -386,6 +478,11 @@ def load_for(model: str | LoadedModel, request: EvalRequest, device: str) -> Loa
 
     loaded = model if isinstance(model, LoadedModel) else load_model(model, model_type=request.model_type,
                                                                      arch=request.arch)
+    _place(loaded, device)
+    return loaded
+
+
+def _place(loaded: LoadedModel, device: str) -> None:
     loaded.module.to(device).eval()
     try:
         import torch  # deferred: loads torch
@@ -393,71 +490,191 @@ def load_for(model: str | LoadedModel, request: EvalRequest, device: str) -> Loa
         loaded.module.to(memory_format=torch.channels_last)
     except Exception:  # noqa: BLE001 - channels-last is an optimisation only
         pass
-    return loaded
 
 
-@dataclass
-class DatasetPasses:
-    """One dataset of a request, loaded for one model, with a :class:`Pass` per shift."""
-
-    dataset: ImageDataset
-    passes: list[Pass]
-
-    @classmethod
-    def prepare(cls, loaded: LoadedModel, group: Sequence[Setting], request: EvalRequest, store: Store, *,
-                notes: bool = False) -> DatasetPasses:
-        """Load the dataset ``group``'s settings share (``limit`` applied) and register their keys."""
-        dataset_name, args = group[0].dataset_key
-        ds = _load(dataset_name, request.data_root, request.data_dirs, dict(args), request.partial,
-                   _imagenet_outputs(loaded, group))
-        if notes:  # how the data was read, e.g. a folder of ImageNet classes on the 1000-way logits
-            for note in getattr(ds, "notes", ()):
-                print(f"note: {note}", file=sys.stderr)
-        if request.limit is not None and request.limit < len(ds):
-            ds = ds.subset(range(request.limit))
-        by_shift: dict[Any, list[Setting]] = defaultdict(list)
-        for s in group:
-            by_shift[s.shift].append(s)
-        return cls(ds, [Pass(loaded, ds, members, store, convention=request.convention,
-                             chunk_size=request.chunk_size, keep_logits=request.keep_logits, force=request.force,
-                             seed=request.seed, shift=None if shift is None else get_shift(*shift))
-                        for shift, members in by_shift.items()])
-
-    def todo_chunks(self) -> list[int]:
-        return sorted(set().union(*(p.todo_chunks() for p in self.passes)))
-
-    def run(self, request: EvalRequest, device: str, tick: Callable[[str | None, int, int | None], None]
-            ) -> list[dict[str, Any]]:
-        """Compute the missing chunks (one decode per image for every pass) and finish the keys."""
-        ds, chunk_size = self.dataset, request.chunk_size
-        n_images = sum(min(len(ds), (c + 1) * chunk_size) - c * chunk_size for c in self.todo_chunks())
-        shifts = sum(p.shift is not None for p in self.passes)
-        tick(f"{self.passes[0].model.name} on {ds.name}" + (f" (+{shifts} shifts)" if shifts else ""), 0, n_images)
-        run_dataset(self.passes, device=device, batch_size=request.batch_size, workers=request.workers,
-                    on_images=lambda k: tick(None, k, None))
-        return [row for p in self.passes for row in p.finish()]
+# ---------------------------------------------------------------------------- many models, one pass
+def weight_bytes(model: LoadedModel) -> int:
+    """Bytes of a model's parameters and buffers (0 for a module without tensors)."""
+    try:
+        tensors = [*model.module.parameters(), *model.module.buffers()]
+    except AttributeError:
+        return 0
+    return sum(t.numel() * t.element_size() for t in tensors)
 
 
-def run_model(model: str | LoadedModel, groups: Sequence[Sequence[Setting]], request: EvalRequest, *,
-              progress: bool | ProgressFn = True, run_meta: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Evaluate one model of ``request`` on the dataset ``groups`` (every dataset is loaded, and
-    every key registered, before the first forward pass) and record the run in the store."""
+def memory_need(models: Sequence[LoadedModel], batch_size: int) -> int:
+    """What a pass streaming ``models`` together holds on its device between forward calls: their
+    weights, and per distinct pixel pipeline one decoded and one shifted float32 batch (the
+    activations of one forward pass come on top)."""
+    pipes = {digest(m.preprocessing.pixel_dict()): m.preprocessing.input_hw for m in models}
+    return (sum(weight_bytes(m) for m in models)
+            + sum(2 * 4 * 3 * h * w * batch_size for h, w in pipes.values()))
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"  # pragma: no cover - the loop returns
+
+
+def model_groups(request: EvalRequest) -> Iterator[list[LoadedModel]]:
+    """The request's models, loaded (on the CPU) one at a time, in groups that fit
+    ``request.memory_limit`` (:func:`memory_need`); one group when there is no limit."""
+    group: list[LoadedModel] = []
+    limit = request.memory_limit
+    for spec in request.models:
+        loaded = load_for(spec, request, "cpu") if isinstance(spec, str) else spec
+        if limit is not None:
+            alone = memory_need([loaded], request.batch_size)
+            if alone > limit:
+                raise ConfigError(
+                    f"memory limit {_size(limit)} is too small for model {loaded.name!r}: it needs at least "
+                    f"{_size(alone)} (weights {_size(weight_bytes(loaded))} + a decoded and a shifted batch of "
+                    f"{request.batch_size} images); raise --max-memory or lower --batch-size")
+            if group and memory_need([*group, loaded], request.batch_size) > limit:
+                yield group
+                group = []
+        group.append(loaded)
+    if group:
+        yield group
+
+
+def _load_group(group: Sequence[Setting], request: EvalRequest, outputs: int | None, notes: bool) -> ImageDataset:
+    """The dataset ``group``'s settings share (``limit`` applied)."""
+    dataset_name, args = group[0].dataset_key
+    ds = _load(dataset_name, request.data_root, request.data_dirs, dict(args), request.partial, outputs)
+    if notes:  # how the data was read, e.g. a folder of ImageNet classes on the 1000-way logits
+        for note in getattr(ds, "notes", ()):
+            print(f"note: {note}", file=sys.stderr)
+    if request.limit is not None and request.limit < len(ds):
+        ds = ds.subset(range(request.limit))
+    return ds
+
+
+def _passes(loaded: LoadedModel, ds: ImageDataset, group: Sequence[Setting], request: EvalRequest,
+            store: Store) -> list[Pass]:
+    """One :class:`Pass` per shift of the dataset group for one model (registers every key)."""
+    by_shift: dict[Any, list[Setting]] = defaultdict(list)
+    for s in group:
+        by_shift[s.shift].append(s)
+    return [Pass(loaded, ds, members, store, convention=request.convention, chunk_size=request.chunk_size,
+                 keep_logits=request.keep_logits, force=request.force, seed=request.seed, shard=request.shard,
+                 shift=None if shift is None else get_shift(*shift))
+            for shift, members in by_shift.items()]
+
+
+def _pipelines_note(passes: Sequence[Pass]) -> str | None:
+    models = list(dict.fromkeys(p.model.name for p in passes))
+    pipes: dict[str, list[str]] = {}
+    for p in passes:
+        pre = p.model.preprocessing
+        names = pipes.setdefault(f"{pre.input_hw[0]}x{pre.input_hw[1]} px, resize {pre.resize}, {pre.interpolation}", [])
+        if p.model.name not in names:
+            names.append(p.model.name)
+    if len(models) < 2 or len(pipes) < 2:
+        return None
+    return (f"{len(models)} models on {passes[0].dataset.name} share each decoded image, but their resize/crop "
+            f"differ ({len(pipes)} pixel pipelines: " + "; ".join(f"{k}: {len(v)} models" for k, v in pipes.items())
+            + "), so each shift runs once per pipeline")
+
+
+def run_models(request: EvalRequest, *, progress: bool | ProgressFn = True,
+               run_meta: Mapping[str, Any] | None = None) -> tuple[list[dict[str, Any]], dict[str, ModelError]]:
+    """Evaluate every model of ``request`` on its settings, streaming each dataset once for all
+    the models of a memory group (:func:`model_groups`, :func:`run_dataset`). Every dataset is
+    loaded, and every key registered, before the first forward pass; each model's run is recorded
+    in the store. Returns the result rows and the models that failed (the others finish)."""
     store = request.open_store()
     device = request.device or default_device()
-    loaded = load_for(model, request, device)
-    prepared = [DatasetPasses.prepare(loaded, g, request, store, notes=progress is True) for g in groups]
-    meta = {"model": loaded.name, "spec": loaded.spec, "settings": [s.name for g in groups for s in g],
-            "device": device, "shiftbench": __version__, "torch": _torch_version(),
-            "python": platform.python_version(), "preprocessing": loaded.preprocessing.to_dict(),
-            "batch_size": request.batch_size, "workers": request.workers, "limit": request.limit,
-            **dict(run_meta or {}), "started": time.time()}
-    total = sum(len(p.todo_chunks()) for d in prepared for p in d.passes)
     rows: list[dict[str, Any]] = []
-    with _progress(progress, loaded.name) as tick:
-        for d in prepared:
-            rows += d.run(request, device, tick)
-    store.record_run({**meta, "finished": time.time(), "chunks": total})
-    return rows
+    failed: dict[str, ModelError] = {}
+    for n_group, models in enumerate(model_groups(request)):
+        for m in models:
+            _place(m, device)
+        try:
+            group_rows, group_failed = _run_group(models, request, store, device, progress, run_meta,
+                                                  notes=n_group == 0 and progress is True)
+        finally:
+            _release(models, request, device)
+        rows += group_rows
+        failed.update(group_failed)
+    return rows, failed
+
+
+def _run_group(models: Sequence[LoadedModel], request: EvalRequest, store: Store, device: str,
+               progress: bool | ProgressFn, run_meta: Mapping[str, Any] | None, notes: bool
+               ) -> tuple[list[dict[str, Any]], dict[str, ModelError]]:
+    streams: list[list[Pass]] = []  # per dataset (and label-space reading of it): every model's passes
+    for group in request.groups():
+        by_outputs: dict[int | None, list[Pass]] = {}
+        for m in models:
+            outputs = _imagenet_outputs(m, group)
+            if outputs not in by_outputs:
+                ds = _load_group(group, request, outputs, notes=notes and not by_outputs)
+            else:
+                ds = by_outputs[outputs][0].dataset
+            by_outputs.setdefault(outputs, []).extend(_passes(m, ds, group, request, store))
+        streams += by_outputs.values()
+    started = time.time()
+    chunks = {m.name: sum(len(p.todo_chunks()) for ps in streams for p in ps if p.model is m) for m in models}
+    rows: list[dict[str, Any]] = []
+    failed: dict[str, ModelError] = {}
+    with _progress(progress, models[0].name) as tick:
+        for passes in streams:
+            live = [p for p in passes if p.model.name not in failed]
+            if not live:
+                continue
+            if progress is True and (note := _pipelines_note(live)):
+                print(f"note: {note}", file=sys.stderr)
+            ds = live[0].dataset
+            todo = sorted(set().union(*(p.todo_chunks() for p in live)))
+            n_images = sum(min(len(ds), (c + 1) * request.chunk_size) - c * request.chunk_size for c in todo)
+            names = list(dict.fromkeys(p.model.name for p in live))
+            shifts = len({p.shift.id for p in live if p.shift is not None})
+            tick((names[0] if len(names) == 1 else f"{len(names)} models") + f" on {ds.name}"
+                 + (f" (+{shifts} shifts)" if shifts else ""), 0, n_images)
+            failed.update(run_dataset(live, device=device, batch_size=request.batch_size, workers=request.workers,
+                                      on_images=lambda k: tick(None, k, None)))
+            rows += [row for p in live if p.model.name not in failed for row in p.finish()]
+    finished = time.time()
+    for m in models:
+        meta = {"model": m.name, "spec": m.spec,
+                "settings": request.setting_names,
+                "device": device, "shiftbench": __version__, "torch": _torch_version(),
+                "python": platform.python_version(), "preprocessing": m.preprocessing.to_dict(),
+                "batch_size": request.batch_size, "workers": request.workers, "limit": request.limit,
+                "models_in_pass": len(models), **({"shard": list(request.shard)} if request.shard else {}),
+                **dict(run_meta or {}), "started": started, "finished": finished, "chunks": chunks[m.name]}
+        if m.name in failed:
+            meta["error"] = str(failed[m.name])
+        store.record_run(meta)
+    return rows, failed
+
+
+def _release(models: Sequence[LoadedModel], request: EvalRequest, device: str) -> None:
+    """Models this request loaded leave the accelerator once their group is done (a user's
+    LoadedModel stays where the pass put it)."""
+    if not device.startswith("cuda"):
+        return
+    import torch  # deferred: loads torch
+
+    given = {id(m) for m in request.models if isinstance(m, LoadedModel)}
+    for m in models:
+        if id(m) not in given:
+            m.module.to("cpu")
+    torch.cuda.empty_cache()
+
+
+def failure(failed: Mapping[str, ModelError], request: EvalRequest) -> ModelError:
+    """One error for the models that failed: the model's own error when it ran alone, else one
+    line naming each failing model and saying the others finished."""
+    if len(request.models) == 1 and len(failed) == 1:
+        return next(iter(failed.values()))
+    return ModelError(f"{len(failed)} of {len(request.models)} models failed ("
+                      + " | ".join(str(e) for e in failed.values())
+                      + f"); the other models finished and their results are in {request.store}")
 
 
 def result_frame(rows: Sequence[Mapping[str, Any]], request: EvalRequest) -> pd.DataFrame:
@@ -495,11 +712,15 @@ def evaluate(
     arch: str | None = None,
     partial: bool = False,
     seed: int = 0,
+    memory_limit: int | str | None = None,
     progress: bool | ProgressFn = True,
 ) -> pd.DataFrame:
     """Evaluate ``model`` (or each of a list of models) on ``settings``; one row per (model, setting).
 
-    Builds one :class:`~shiftbench.engine.request.EvalRequest` and runs it with the
+    With several models each dataset is streamed once for all of them: every image is decoded
+    once, put through each distinct resize/crop once (models with the same preprocessing share
+    the tensor), each shift runs once per pipeline, and every model sees the same batches; the
+    stored results are those of one-model-at-a-time runs, bit for bit. Builds one :class:`~shiftbench.engine.request.EvalRequest` and runs it with the
     :class:`~shiftbench.engine.executor.LocalExecutor` (``shiftbench eval --executor ray`` runs
     the same request on a Ray cluster).
 
@@ -532,18 +753,30 @@ def evaluate(
     partial:
         Accept a partial copy of a named dataset (e.g. some class folders missing) instead of
         failing on the first missing one; the example list, and so the key, is what was found.
+    memory_limit:
+        Bytes (or ``"8GiB"``) one pass may hold on its device: the weights of the models
+        streamed together plus a decoded and a shifted batch per pixel pipeline
+        (:func:`~shiftbench.engine.runner.memory_need`); models are split into passes that fit.
+        ``None``: all models in one pass.
 
     Returns
     -------
     DataFrame with ``model, setting, accuracy, top5, n_examples, n_skipped`` (accuracies in
     percent) plus ``convention``, calibration (``ece``, ``nll``, ``brier``) and ``skipped_files``.
+
+    Raises
+    ------
+    ModelError
+        When a model fails (an exception inside it, a wrong output width, NaN logits): raised
+        after the other models have finished, naming each failing model.
     """
     from shiftbench.engine.executor import LocalExecutor  # deferred: loads Pillow, loads pyarrow
 
     request = EvalRequest.build(
         model, settings, data_root=data_root, data_dirs=data_dirs, store=store, batch_size=batch_size,
         workers=workers, limit=limit, keep_logits=keep_logits, force=force, device=device, convention=convention,
-        chunk_size=chunk_size, model_type=model_type, arch=arch, partial=partial, seed=seed)
+        chunk_size=chunk_size, model_type=model_type, arch=arch, partial=partial, seed=seed,
+        memory_limit=memory_limit)
     return LocalExecutor().run(request, progress=progress)
 
 

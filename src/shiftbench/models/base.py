@@ -44,6 +44,12 @@ class Preprocessing:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def pixel_dict(self) -> dict[str, Any]:
+        """What determines the [0, 1] pixels :meth:`transform` returns (``mean``/``std`` are applied
+        inside the model): models with equal ``pixel_dict`` share one decoded batch, and each
+        shift runs once for all of them (:func:`shiftbench.evaluate` with several models)."""
+        return {"class": type(self).__name__, **{k: v for k, v in self.to_dict().items() if k not in ("mean", "std")}}
+
     def fingerprint(self) -> str:
         """Short stable hash of the preprocessing (part of every results key)."""
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:12]

@@ -94,6 +94,11 @@ class TimmPreprocessing(Preprocessing):
         return {"input_size": self.input_hw, "resize": self.resize_hw, "crop_mode": self.crop_mode,
                 "interpolation": self.interpolation, "mean": self.mean, "std": self.std}
 
+    def pixel_dict(self) -> dict[str, Any]:
+        """As :meth:`Preprocessing.pixel_dict`; ``border`` pads with the mean, so it keeps ``mean``."""
+        d = super().pixel_dict()
+        return {**d, "mean": self.mean} if self.crop_mode == "border" else d
+
     def transform(self):  # -> Callable[[PIL.Image.Image], torch.Tensor]
         """The steps of ``timm.data.create_transform(is_training=False, ...)`` before ``Normalize``."""
         from timm.data.transforms import (  # deferred: loads Pillow, loads safetensors, loads torch

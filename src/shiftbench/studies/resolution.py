@@ -37,7 +37,7 @@ from typing import Any
 
 import pandas as pd
 
-from shiftbench.errors import ConfigError, ShiftbenchError
+from shiftbench.errors import ConfigError, ModelError
 from shiftbench.models import LoadedModel, load_model
 from shiftbench.store.store import Store
 from shiftbench.studies.base import Study, StudyResult, as_store, register_study, study_name
@@ -129,11 +129,12 @@ class ResolutionStudy(Study):
             try:
                 out = evaluate(variant, setting, data_root=config.data_root, store=target, **evaluate_kwargs)
                 row.update(out.iloc[0][["accuracy", "top5", "n_examples"]].to_dict())
-            except ShiftbenchError:
-                raise
-            except (RuntimeError, AssertionError, ValueError) as exc:  # a network that cannot take this input size
-                row.update(accuracy=float("nan"), top5=float("nan"), n_examples=0,
-                           error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            except ModelError as exc:  # the engine names a failure inside the model; its cause is the reason
+                cause = exc.__cause__
+                if not isinstance(cause, (RuntimeError, AssertionError, ValueError)):
+                    raise
+                row.update(accuracy=float("nan"), top5=float("nan"), n_examples=0,  # cannot take this input size
+                           error=f"{type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''}")
             rows.append(row)
         frame = pd.DataFrame(rows)
         frame["best"] = False
