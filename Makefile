@@ -47,11 +47,14 @@ demo: $(STAMP) demo-data
 test: $(STAMP) demo-data
 	$(BIN)/python -m pytest -q
 
-# side-by-side benchmarks (each prints its ratios; corruptions ~6 min, fidelity ~18 min)
-bench: $(STAMP)
+# side-by-side benchmarks (each prints its ratios; corruptions ~6 min, fidelity ~18 min,
+# multimodel ~8 min, demo ~5 min: a fresh and a cached `shiftbench demo` in a temporary workspace)
+bench: $(STAMP) demo-data
 	$(BIN)/python bench/bootstrap.py
 	$(BIN)/python bench/trend_routines.py
 	$(BIN)/python bench/engine.py
+	$(BIN)/python bench/multimodel.py
+	$(BIN)/python bench/demo.py
 	$(BIN)/python bench/similarity.py
 	$(BIN)/python bench/corruptions.py --repeat 3 --cpu
 	$(BIN)/python bench/corruptions_fidelity.py --images 60 --floor
