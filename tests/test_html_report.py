@@ -99,6 +99,14 @@ def test_tables_are_written_as_csv_markdown_and_latex(report):
     assert list(cal.columns) == ["model", "setting", "accuracy", "ece", "nll", "brier", "n_examples"] and len(cal) == 5
 
 
+def test_synthetic_section_and_its_csv_name_the_recipe(report):
+    path, document = report
+    text = section(markup(document), "tb-tiny-synthetic")
+    assert "Recipe <code>per-setting</code>" in text and "Taori et al. 2020" in text and "taori2020" in text
+    table = pd.read_csv(path.parent / "tiny" / "synthetic_vs_natural.csv")
+    assert set(table["recipe"]) == {"per-setting"}
+
+
 def test_model_names_are_escaped_everywhere(report):
     _, doc = report
     assert "<img" not in doc                                  # not in markup, JSON or plotly data

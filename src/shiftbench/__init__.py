@@ -42,6 +42,7 @@ _LAZY = {
     "informativeness_ranking": "shiftbench.analysis.informativeness",
     "trend_diagnostics": "shiftbench.analysis.diagnostics",
     "place_models": "shiftbench.analysis.placement",
+    "synthetic_vs_natural": "shiftbench.analysis.synthetic", "SyntheticVsNatural": "shiftbench.analysis.synthetic",
     "replicate": "shiftbench.studies.replication", "Replication": "shiftbench.datasets.replication",
     "attribute_splits": "shiftbench.studies.attributes", "AttributeSplits": "shiftbench.datasets.attributes",
     "ClassMapView": "shiftbench.views.classmap",

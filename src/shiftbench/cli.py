@@ -19,6 +19,7 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from shiftbench.analysis import effective_robustness, mce, most_effectively_robust
+from shiftbench.analysis.corruption import RECIPE as MCE_RECIPE
 from shiftbench.analysis.placement import fitted_on_note, place_models
 from shiftbench.cli_options import (  # noqa: F401  (re-exported: the commands' modules import them from here too)
     DEFAULT_STORE,
@@ -276,26 +277,31 @@ def plot_cmd(x: XOpt, y: YOpt,
 @app.command("mce")
 def mce_cmd(model: ModelOpt,
             testbed: TestbedOpt = None, store: StoreAddOpt = None,
-            mode: Annotated[str, typer.Option("--mode", help="in-memory or on-disk ImageNet-C settings.")] = "in-memory",
+            mode: Annotated[Optional[str], typer.Option(
+                "--mode", help="on-disk or in-memory ImageNet-C cells (default: on-disk when the testbed has every "
+                "on-disk benchmark setting, as the published mCE numbers are, else in-memory).")] = None,
             as_json: JsonOpt = False) -> None:
     """mCE and relative mCE (normalised by AlexNet) with the per-corruption table of --model (a testbed's model)."""
-
     res = mce(_testbed(testbed, store), model, mode=mode)
-    table = res["table"]
+    table, used = res["table"], res["mode"]
     if as_json:
-        print(json.dumps({"model": model, "mCE": res["mCE"], "relative_mCE": res["relative_mCE"],
+        print(json.dumps({"model": model, "mCE": res["mCE"], "relative_mCE": res["relative_mCE"], "mode": used,
+                          "recipe": MCE_RECIPE[0], "description": MCE_RECIPE[1], "paper": MCE_RECIPE[2],
                           "corruptions": {c: {k: _clean(v) for k, v in row.items()} for c, row in
                                           table.to_dict("index").items()}}))
         return
     t = Table("corruption", "CE %", "relative CE %", "mean error %",
-              title=f"{model}: mCE {res['mCE']:.1f}%, relative mCE {res['relative_mCE']:.1f}% ({mode})")
+              title=f"{model}: mCE {res['mCE']:.1f}%, relative mCE {res['relative_mCE']:.1f}% ({used} ImageNet-C)")
     for c, row in table.iterrows():
         t.add_row(c + ("" if row["benchmark"] else " (extra)"), f"{row['CE']:.1f}", f"{row['relative_CE']:.1f}",
                   f"{row['mean_error']:.1f}")
     out.print(t)
-    fell_back = [c for c, row in table.iterrows() if row["mode"] != mode]
+    other = "in-memory" if used == "on-disk" else "on-disk"
+    out.print(f"ImageNet-C cells: {used}" + (" (default)" if mode is None else "") + f"; --mode {other} for the "
+              f"{other} cells. Recipe {MCE_RECIPE[0]}: {MCE_RECIPE[2]}", markup=False, highlight=False)
+    fell_back = [c for c, row in table.iterrows() if row["mode"] != used]
     if fell_back:
-        out.print(f"{', '.join(fell_back)}: {mode} cells incomplete for {model} or the normaliser; "
+        out.print(f"{', '.join(fell_back)}: {used} cells incomplete for {model} or the normaliser; "
                   f"{table.loc[fell_back[0], 'mode']} cells used for both", markup=False, highlight=False)
 
 

@@ -11,10 +11,13 @@ from shiftbench.analysis.placement import NATURAL_SHIFTS, ShiftPair, fit_shift, 
 from shiftbench.analysis.robustness import effective_robustness, most_effectively_robust, relative_robustness
 from shiftbench.analysis.scaling import SCALES, inverse, transform
 from shiftbench.analysis.synthetic import (
+                                          RECIPES,
+                                          SyntheticVsNatural,
                                           complete_severities,
                                           corruption_correlations,
                                           corruption_settings,
                                           synthetic_effective_robustness,
+                                          synthetic_vs_natural,
 )
 from shiftbench.analysis.trend import (
                                           Band,
@@ -33,5 +36,6 @@ __all__ = [
     "effective_robustness", "relative_robustness", "most_effectively_robust",
     "Correlation", "robustness_correlation", "mce", "corruption_accuracy",
     "corruption_settings", "complete_severities", "synthetic_effective_robustness", "corruption_correlations",
+    "synthetic_vs_natural", "SyntheticVsNatural", "RECIPES",
     "NATURAL_SHIFTS", "ShiftPair", "fit_shift", "place_models",
 ]

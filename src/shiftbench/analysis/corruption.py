@@ -19,7 +19,7 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
-from shiftbench.errors import DataError
+from shiftbench.errors import ConfigError, DataError
 from shiftbench.reference import load_testbed
 from shiftbench.testbed import Testbed
 
@@ -28,6 +28,22 @@ BENCHMARK = ("gaussian_noise", "shot_noise", "impulse_noise", "defocus_blur", "g
              "jpeg_compression")
 EXTRA = ("speckle_noise", "gaussian_blur", "spatter", "saturate")
 SEVERITIES = (1, 2, 3, 4, 5)
+#: ImageNet-C cells: the published JPEGs (``on-disk``) or generated in memory (``in-memory``).
+MODES = ("on-disk", "in-memory")
+#: The mCE recipe: (name, one-line description, paper).
+RECIPE = ("hendrycks2019",
+          ("mean over the 15 benchmark corruptions of the summed top-1 error over five severities "
+           "divided by AlexNet's (CE), on the on-disk ImageNet-C cells when the testbed has them"),
+          ("Hendrycks & Dietterich 2019, Benchmarking Neural Network Robustness to Common Corruptions and "
+           "Perturbations (ICLR), §3"))
+
+
+def default_mode(testbed: Testbed) -> str:
+    """``on-disk`` when ``testbed`` has every on-disk benchmark setting (15 corruptions x 5
+    severities), else ``in-memory``: the default cells of :func:`mce`."""
+    have = set(testbed.settings)
+    on_disk = all(f"imagenet-c.{c}.{s}_on-disk" in have for c in BENCHMARK for s in SEVERITIES)
+    return "on-disk" if on_disk else "in-memory"
 
 
 def _errors(testbed: Testbed, model: str, mode: str, clean: str,
@@ -59,22 +75,31 @@ def mce(
     testbed: Testbed,
     model: str,
     *,
-    mode: str = "in-memory",
-    fallback_mode: str | None = "on-disk",
+    mode: str | None = None,
+    fallback_mode: str | None = "auto",
     clean: str = "val",
     normaliser: str = "alexnet",
     reference: Testbed | None = None,
 ) -> dict[str, object]:
     """mCE and relative mCE of ``model`` (percent), with the per-corruption CE table.
 
+    ``mode`` picks the ImageNet-C cells: ``None`` (default) takes ``on-disk`` when the testbed
+    has every on-disk benchmark setting (the published mCE numbers, e.g. ResNet-50 76.7 and
+    AugMix 65.3, are on the on-disk ImageNet-C JPEGs), else ``in-memory``; :func:`default_mode`.
     A corruption whose five ``mode`` cells are incomplete, for the model or the normaliser, uses
-    its ``fallback_mode`` cells for both (the reference testbed has glass blur only on disk: it
-    was too slow to generate in memory).
-    Returns ``{"mCE", "relative_mCE", "table"}`` where ``table`` has one row per corruption
+    its ``fallback_mode`` cells for both (``"auto"``: the other mode; ``None``: no fallback; the
+    reference testbed has glass blur only on disk: it was too slow to generate in memory).
+    Returns ``{"mCE", "relative_mCE", "mode", "recipe", "table"}`` (``mode`` the one used,
+    ``recipe`` :data:`RECIPE`'s name) where ``table`` has one row per corruption
     (``CE``, ``relative_CE``, ``mean_error``, ``benchmark``, and the ``mode`` and
     ``normaliser_mode`` whose cells were used, so a fallback is visible). Raises DataError naming the
     first missing setting when a benchmark corruption is incomplete.
     """
+    mode = default_mode(testbed) if mode is None else mode
+    if mode not in MODES:
+        raise ConfigError(f"unknown ImageNet-C mode {mode!r}; choose one of {', '.join(MODES)}")
+    if fallback_mode == "auto":
+        fallback_mode = next(m for m in MODES if m != mode)
     err, clean_err, used = _errors(testbed, model, mode, clean, fallback_mode)
     if normaliser in testbed.models and np.isfinite(testbed.accuracies.loc[normaliser].get(clean, np.nan)):
         ref_tb = testbed
@@ -103,4 +128,5 @@ def mce(
         "normaliser_mode": [ref_used[c] for c in err.index],
     })
     bench = table[table["benchmark"]]
-    return {"mCE": float(bench["CE"].mean()), "relative_mCE": float(bench["relative_CE"].mean()), "table": table}
+    return {"mCE": float(bench["CE"].mean()), "relative_mCE": float(bench["relative_CE"].mean()), "mode": mode,
+            "recipe": RECIPE[0], "table": table}

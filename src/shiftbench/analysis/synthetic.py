@@ -23,13 +23,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from shiftbench.analysis.correlation import robustness_correlation
+from shiftbench.analysis.robustness import effective_robustness
+from shiftbench.analysis.scaling import inverse, transform
 from shiftbench.analysis.trend import DEFAULT_FIT_ON, fit_trend
-from shiftbench.errors import DataError, ShiftbenchError
+from shiftbench.errors import ConfigError, DataError, ShiftbenchError
 from shiftbench.testbed import Testbed
 
 #: ``imagenet-c.<corruption>.<severity>_in-memory``: ImageNet-C generated in memory (the
@@ -146,3 +150,331 @@ def corruption_correlations(
             rows.append({"corruption": col, "pearson_r": np.nan, "pearson_p": np.nan, "spearman_rho": np.nan,
                          "n_models": 0, "note": str(exc)})
     return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------------------- named recipes
+
+#: ``imagenet-c.<corruption>.<severity>_<mode>`` in either mode (in-memory or on-disk).
+IMAGENET_C_ANY_MODE = r"^imagenet-c\.(?P<corruption>[a-z_]+)\.(?P<severity>\d)_(?P<mode>in-memory|on-disk)$"
+#: The settings Taori et al. add to the ImageNet-C corruptions in the synthetic average, where present.
+TAORI_EXTRA = ("stylized_imagenet", "greyscale")
+#: The adversarial (PGD) settings: ``pgd.<norm>.eps<epsilon>`` (the reference testbed has
+#: ``pgd.l2.eps0.1``, ``pgd.l2.eps0.5``, ``pgd.linf.eps0.5`` and ``pgd.linf.eps2``).
+PGD_PATTERN = r"^pgd\."
+#: Name fragments of the models Taori et al. keep out of the trend fit: AWS-retrained
+#: models, batch-size variants and ImageNet subsamples.
+TAORI_FIT_EXCLUDE = ("_aws", "batch64", "subsample")
+#: Name fragment of the models kept out of the correlation (ImageNet subsamples).
+TAORI_CORRELATION_EXCLUDE = ("subsample",)
+#: The trend of the taori2020 recipe is fitted on standard models with at least this ``val`` accuracy.
+TAORI_MIN_X = 55.0
+NATURAL_DEFAULT = "imagenetv2-matched-frequency-format-val"
+PAPER_TAORI = ("Taori et al. 2020, Measuring Robustness to Natural Distribution Shifts in Image "
+               "Classification (NeurIPS), §4.2")
+
+#: Named synthetic-vs-natural recipes: name -> (one-line description, paper). The JSON, the
+#: CSV, the report and docs/methods.md name the recipe with these.
+RECIPES: dict[str, tuple[str, str]] = {
+    "taori2020": (
+        ("effective robustness of each model's average accuracy over every ImageNet-C corruption "
+         "(in-memory and on-disk, each averaged over its severities), Stylized ImageNet and greyscale, "
+         "against one logit trend on val; Pearson r with ImageNetV2 effective robustness"),
+        PAPER_TAORI),
+    "per-setting": (
+        ("mean over the in-memory ImageNet-C settings of each setting's effective robustness (one "
+         "logit trend per setting); Pearson r with ImageNetV2 effective robustness"),
+        "shiftbench's variant of " + PAPER_TAORI),
+}
+
+
+def recipe_line(recipe: str) -> str:
+    """``'<recipe>: <description> (<paper>)'``, the line the CLI, CSV and report print."""
+    description, paper = RECIPES[recipe]
+    return f"{recipe}: {description} ({paper})"
+
+
+def _check_recipe(recipe: str) -> str:
+    if recipe not in RECIPES:
+        raise ConfigError(f"unknown recipe {recipe!r}; choose one of {', '.join(RECIPES)}")
+    return recipe
+
+
+@dataclass
+class SyntheticVsNatural:
+    """Correlation of synthetic (or adversarial) with natural effective robustness.
+
+    ``r``, ``p`` and ``n`` are Pearson's r, its two-sided p-value and the number of models in
+    the correlation (``models``); ``settings`` what was averaged (taori2020: the
+    ``<corruption>_<mode>`` severity averages and the extra settings; per-setting: the settings);
+    ``table`` has one row per model with ``model_type``,
+    ``synthetic_acc`` (the average accuracy, taori2020 only), ``synthetic_er``, ``natural_er``,
+    ``in_fit`` and ``in_correlation``. ``notes`` says what the recipe adapted (severities
+    averaged over fewer than five, settings missing under ``fallback``). ``adversarial`` is the
+    same for the PGD settings (``None`` when the testbed has none and ``fallback`` allowed it).
+    """
+
+    recipe: str
+    testbed: str
+    x: str
+    natural: str
+    settings: list[str]
+    r: float
+    p: float
+    n: int
+    models: list[str]
+    table: pd.DataFrame = field(repr=False)
+    notes: list[str] = field(default_factory=list)
+    adversarial: SyntheticVsNatural | None = None
+
+    @property
+    def description(self) -> str:
+        return RECIPES[self.recipe][0]
+
+    @property
+    def paper(self) -> str:
+        return RECIPES[self.recipe][1]
+
+    def to_dict(self, *, with_table: bool = False) -> dict[str, object]:
+        """JSON-ready: recipe, description, paper, testbed, x, natural, settings, r, n, p,
+        models, notes and ``adversarial`` (the same keys, or ``None``)."""
+        out: dict[str, object] = {
+            "recipe": self.recipe, "description": self.description, "paper": self.paper,
+            "testbed": self.testbed, "x": self.x, "natural": self.natural, "settings": list(self.settings),
+            "r": _num(self.r), "n": int(self.n), "p": _num(self.p), "models": list(self.models),
+            "notes": list(self.notes),
+        }
+        if with_table:
+            out["table"] = [{k: (_num(v) if isinstance(v, float) else v) for k, v in row.items()}
+                            for row in self.table.reset_index().to_dict("records")]
+        if self.adversarial is not None or self.settings:
+            out["adversarial"] = None if self.adversarial is None else self.adversarial.to_dict(with_table=with_table)
+        return out
+
+    def to_csv_frame(self) -> pd.DataFrame:
+        """The per-model table with the recipe, its description and paper in every row (and the
+        adversarial rows, ``kind`` = ``adversarial``)."""
+        parts = []
+        for kind, res in (("synthetic", self), ("adversarial", self.adversarial)):
+            if res is None:
+                continue
+            t = res.table.reset_index()
+            t.insert(0, "kind", kind)
+            parts.append(t)
+        frame = pd.concat(parts, ignore_index=True)
+        frame["recipe"] = self.recipe
+        frame["description"] = self.description
+        frame["paper"] = self.paper
+        return frame
+
+
+def _num(v: object) -> float | None:
+    return float(v) if v is not None and np.isfinite(float(v)) else None  # type: ignore[arg-type]
+
+
+def _name_has(models: Iterable[str], fragments: Iterable[str]) -> np.ndarray:
+    frags = [f.lower() for f in fragments]
+    return np.array([any(f in m.lower() for f in frags) for m in models], dtype=bool)
+
+
+def taori_synthetic_average(testbed: Testbed, *, modes: Sequence[str] = ("in-memory", "on-disk"),
+                            extra: Sequence[str] = TAORI_EXTRA) -> tuple[pd.Series, list[str], list[str]]:
+    """Taori et al.'s synthetic accuracy per model: the mean over every ImageNet-C corruption in
+    each of ``modes`` (each corruption-mode first averaged over the severities the model has),
+    plus the ``extra`` settings the testbed has (Stylized ImageNet, greyscale).
+
+    Returns the average (NaN for a model missing a whole corruption-mode or an extra setting),
+    the columns averaged (``<corruption>_<mode>`` and the extra settings) and notes: which
+    corruptions some model has on fewer than all of their severities (averaged over those it
+    has, so that the model is not dropped: the cleaned ``imagenet-reference`` leaves defective
+    severity-1 cells empty).
+    """
+    acc = testbed.accuracies
+    rx = re.compile(IMAGENET_C_ANY_MODE)
+    groups: dict[str, list[str]] = {}
+    for s in testbed.settings:
+        m = rx.match(s)
+        if m and m["mode"] in modes:
+            groups.setdefault(f"{m['corruption']}_{m['mode']}", []).append(s)
+    columns: dict[str, pd.Series] = {}
+    partial: dict[str, int] = {}
+    for key in sorted(groups):
+        cells = acc[groups[key]]
+        have = cells.notna()
+        columns[key] = cells.mean(axis=1, skipna=True).where(have.any(axis=1))
+        n_partial = int((have.any(axis=1) & ~have.all(axis=1)).sum())
+        if n_partial:
+            partial[key] = n_partial
+    for s in extra:
+        if s in testbed.settings:
+            columns[s] = acc[s]
+    frame = pd.DataFrame(columns, index=acc.index)
+    notes = []
+    if partial:
+        notes.append("averaged over the severities a model has (not all five): "
+                     + ", ".join(f"{k} ({v} model{'s' if v > 1 else ''})" for k, v in partial.items()))
+    return frame.mean(axis=1, skipna=False), list(frame.columns), notes
+
+
+def _taori_er(testbed: Testbed, x: str, y: pd.Series, natural: str, scale: str) -> pd.DataFrame:
+    """Taori et al.'s effective robustness of ``y`` (an accuracy per model) and of ``natural``:
+    the models with all three accuracies; each trend a least-squares line in ``scale``
+    coordinates fitted on the STANDARD models with ``x`` >= 55% whose names mark none of
+    :data:`TAORI_FIT_EXCLUDE`."""
+    acc = testbed.accuracies
+    frame = pd.DataFrame({"model_type": testbed.model_types.reindex(acc.index), "x_acc": acc[x],
+                          "synthetic_acc": y.reindex(acc.index), "natural_acc": acc[natural]}).dropna()
+    names = frame.index.astype(str)
+    in_fit = ((frame["model_type"] == "STANDARD").to_numpy() & ~_name_has(names, TAORI_FIT_EXCLUDE)
+              & (frame["x_acc"] >= TAORI_MIN_X).to_numpy())
+    frame["in_fit"] = in_fit
+    if in_fit.sum() < 2:
+        raise DataError(f"testbed {testbed.name!r}: the taori2020 trend needs at least 2 standard models with "
+                        f"{x} >= {TAORI_MIN_X:g}% and every accuracy of the recipe; got {int(in_fit.sum())}")
+    tx = transform(frame["x_acc"].to_numpy(), scale)
+    for col, er in (("synthetic_acc", "synthetic_er"), ("natural_acc", "natural_er")):
+        ty = transform(frame[col].to_numpy(), scale)
+        fit = stats.linregress(tx[in_fit], ty[in_fit])
+        frame[er] = frame[col] - inverse(fit.slope * tx + fit.intercept, scale)
+    return frame
+
+
+def _correlate(frame: pd.DataFrame) -> tuple[float, float, int, list[str]]:
+    """Pearson r of ``synthetic_er`` and ``natural_er`` over the rows marked ``in_correlation``."""
+    use = frame[frame["in_correlation"]]
+    if len(use) < 3:
+        raise DataError(f"a correlation needs at least 3 non-standard models with both effective robustnesses; "
+                        f"got {len(use)}")
+    res = stats.pearsonr(use["synthetic_er"], use["natural_er"])
+    return float(res.statistic), float(res.pvalue), len(use), [str(m) for m in use.index]
+
+
+def _missing_for(testbed: Testbed, recipe: str) -> tuple[list[str], list[str]]:
+    """What ``recipe`` needs and ``testbed`` lacks: the synthetic part, and the adversarial part."""
+    names = set(testbed.settings)
+    rx = re.compile(IMAGENET_C_ANY_MODE)
+    modes = {m["mode"] for s in names if (m := rx.match(s))}
+    needed = ("in-memory", "on-disk") if recipe == "taori2020" else ("in-memory",)
+    synthetic = [f"imagenet-c.<corruption>.<severity>_{mode}" for mode in needed if mode not in modes]
+    adversarial = [] if any(re.match(PGD_PATTERN, s) for s in names) else ["pgd.<norm>.eps<epsilon>"]
+    return synthetic, adversarial
+
+
+def synthetic_vs_natural(
+    testbed: Testbed,
+    recipe: str = "taori2020",
+    natural: str = NATURAL_DEFAULT,
+    *,
+    x: str = "val",
+    scale: str = "logit",
+    fallback: bool = False,
+) -> SyntheticVsNatural:
+    """Does robustness to synthetic shifts predict robustness to a natural one?
+
+    Taori et al. 2020 ("Measuring Robustness to Natural Distribution Shifts in Image
+    Classification", §4.2, Figures 5 and 6) correlate, over the non-standard models, effective
+    robustness on synthetic shifts with effective robustness on ImageNetV2. Two recipes
+    (:data:`RECIPES`):
+
+    ``"taori2020"`` (theirs, from the paper and the authors' plotting code)
+        The synthetic accuracy of a model is the mean accuracy over every ImageNet-C corruption,
+        in-memory **and** on-disk, each corruption first averaged over its severities (over the
+        severities the model has: see :func:`taori_synthetic_average`), plus Stylized ImageNet
+        and greyscale where present. One ``scale`` trend of that average against ``x`` is fitted
+        on the STANDARD models with ``x`` >= 55% whose names contain none of ``_aws``,
+        ``batch64``, ``subsample`` (among the models with ``x``, the average and ``natural``);
+        the same for ``natural``. The effective robustness of the average is correlated
+        (Pearson) with that on ``natural`` over the non-standard models (types other than
+        ``STANDARD`` and ``LOW_ACCURACY_CNN``), subsample variants excluded. The adversarial
+        part does the same for the mean accuracy over the PGD settings (``pgd.*``:
+        ``pgd.l2.eps0.1``, ``pgd.l2.eps0.5``, ``pgd.linf.eps0.5``, ``pgd.linf.eps2`` in the
+        reference testbed), a model needing all of them.
+    ``"per-setting"`` (shiftbench's report until now)
+        The mean over the in-memory ImageNet-C settings of each setting's effective robustness
+        (:func:`synthetic_effective_robustness`, one trend per setting, severities with gaps
+        left out), correlated with ``natural``'s effective robustness (trend on the STANDARD
+        models) over the models of types other than ``STANDARD`` and ``LOW_ACCURACY_CNN``; the
+        adversarial part is the mean of the per-setting effective robustness over the PGD
+        settings.
+
+    Parameters
+    ----------
+    testbed:
+        Models x settings accuracies with ``x``, ``natural`` and the recipe's settings.
+    recipe:
+        ``"taori2020"`` or ``"per-setting"``.
+    natural:
+        The natural shift (default ImageNetV2 matched frequency in val's format).
+    x, scale:
+        In-distribution setting and the trend's axis scaling.
+    fallback:
+        When the testbed lacks settings the recipe needs (e.g. no on-disk ImageNet-C, no PGD),
+        use what it has and say so in ``notes`` instead of raising.
+
+    Returns
+    -------
+    SyntheticVsNatural
+        ``r``, ``n``, ``p``, ``models`` and the per-model ``table``; ``adversarial`` the same
+        for PGD. ``to_dict()`` gives the JSON of ``shiftbench synthetic-vs-natural --json``.
+
+    Raises
+    ------
+    DataError
+        One line naming the settings the recipe needs and the testbed lacks (unless
+        ``fallback``), or a setting ``x``/``natural`` the testbed lacks.
+    """
+    _check_recipe(recipe)
+    testbed.check_setting(x)
+    testbed.check_setting(natural)
+    missing_syn, missing_adv = _missing_for(testbed, recipe)
+    missing = missing_syn + missing_adv
+    notes: list[str] = []
+    if missing and not fallback:
+        raise DataError(f"testbed {testbed.name!r} lacks settings recipe {recipe!r} needs: {', '.join(missing)}; "
+                        "evaluate them, or pass fallback=True (--fallback) to use the settings it has")
+    if missing:
+        notes.append(f"fallback: testbed lacks {', '.join(missing)}; computed without them")
+    if recipe == "taori2020":
+        main = _taori(testbed, x, natural, scale, adversarial=False)
+        adv = None if missing_adv else _taori(testbed, x, natural, scale, adversarial=True)
+    else:
+        main = _per_setting(testbed, x, natural, scale, adversarial=False)
+        adv = None if missing_adv else _per_setting(testbed, x, natural, scale, adversarial=True)
+    main.notes = notes + main.notes
+    main.adversarial = adv
+    return main
+
+
+def _taori(testbed: Testbed, x: str, natural: str, scale: str, *, adversarial: bool) -> SyntheticVsNatural:
+    if adversarial:
+        cols = [s for s in testbed.settings if re.match(PGD_PATTERN, s)]
+        avg, notes = testbed.accuracies[cols].mean(axis=1, skipna=False), []
+    else:
+        avg, cols, notes = taori_synthetic_average(testbed)
+    if not cols:
+        raise DataError(f"testbed {testbed.name!r} has no ImageNet-C, Stylized ImageNet or greyscale settings")
+    frame = _taori_er(testbed, x, avg, natural, scale)
+    names = frame.index.astype(str)
+    frame["in_correlation"] = (~frame["model_type"].isin(STANDARD_LIKE).to_numpy()
+                               & ~_name_has(names, TAORI_CORRELATION_EXCLUDE))
+    r, p, n, models = _correlate(frame)
+    frame.index.name = "model"
+    return SyntheticVsNatural("taori2020", testbed.name, x, natural, list(cols), r, p, n, models, frame, notes)
+
+
+def _per_setting(testbed: Testbed, x: str, natural: str, scale: str, *, adversarial: bool) -> SyntheticVsNatural:
+    notes: list[str] = []
+    if adversarial:
+        settings = {"pgd": [s for s in testbed.settings if re.match(PGD_PATTERN, s)]}
+    else:
+        settings, left_out = complete_severities(testbed, corruption_settings(testbed))
+        if left_out:
+            notes.append(f"left out as gaps in the data ({len(left_out)} settings): " + ", ".join(left_out))
+    syn = synthetic_effective_robustness(testbed, x, settings, scale)
+    nat = effective_robustness(x, natural, scale, testbed=testbed, n_resamples=0)
+    frame = pd.DataFrame({"model_type": syn["model_type"], "synthetic_er": syn[SYNTHETIC],
+                          "natural_er": nat["effective_robustness"].reindex(syn.index),
+                          "in_fit": nat["in_fit"].reindex(syn.index).fillna(False).astype(bool)}).dropna()
+    frame["in_correlation"] = ~frame["model_type"].isin(STANDARD_LIKE)
+    r, p, n, models = _correlate(frame)
+    cols = [s for names in settings.values() for s in names]
+    return SyntheticVsNatural("per-setting", testbed.name, x, natural, cols, r, p, n, models, frame, notes)

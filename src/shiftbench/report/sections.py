@@ -32,6 +32,7 @@ from shiftbench.analysis import most_effectively_robust
 from shiftbench.analysis.placement import fitted_on_note, place_models
 from shiftbench.analysis.synthetic import (
     IMAGENET_C_PATTERN,
+    RECIPES,
     STANDARD_LIKE,
     SYNTHETIC,
     complete_severities,
@@ -420,7 +421,12 @@ class SyntheticSection(Section):
         overall = corr.iloc[0]
         r = float(overall["pearson_r"]) if np.isfinite(overall["pearson_r"]) else None
         n_settings = sum(len(v) for v in syn.attrs["settings"].values())
-        parts = [f"<p>Synthetic effective robustness is the mean, over {n_settings} corruption settings "
+        recipe_desc, recipe_paper = RECIPES["per-setting"]
+        parts = [f'<p class="sb-note">Recipe <code>per-setting</code>: {esc(recipe_desc)} ({esc(recipe_paper)}). '
+                 "Taori et al.'s own recipe (<code>taori2020</code>: one trend for the average accuracy over "
+                 "in-memory and on-disk ImageNet-C, Stylized ImageNet and greyscale) is "
+                 "<code>shiftbench synthetic-vs-natural --recipe taori2020</code>; docs/methods.md has both.</p>",
+                 f"<p>Synthetic effective robustness is the mean, over {n_settings} corruption settings "
                  f"({len(syn.attrs['settings'])} corruptions × their severities), of each setting's effective "
                  f"robustness against <code>{esc(x)}</code> (a trend fitted on the standard models per setting). "
                  f"One point per model of every type but {esc(', '.join(STANDARD_LIKE))} ({len(frame)} models); "
@@ -432,11 +438,14 @@ class SyntheticSection(Section):
             parts.append(f'<p class="sb-note">Left out as gaps in the data ({len(left_out)} setting{"s" if len(left_out) > 1 else ""}): a model has '
                          "every other severity of the corruption but not these, so averaging over them would drop "
                          "it: " + ", ".join(f"<code>{esc(s)}</code>" for s in left_out) + ".</p>")
-        title = f"Synthetic vs natural effective robustness ({tb.testbed.name})"
+        title = f"Synthetic vs natural effective robustness ({tb.testbed.name}; recipe per-setting)"
         parts.append(ctx.plot(synthetic_figure(frame, natural_label=label, r=r, title=title)))
-        parts.append(ctx.static_figure(plot_synthetic_vs_natural(frame, natural_label=label, r=r),
+        parts.append(ctx.static_figure(plot_synthetic_vs_natural(frame, natural_label=label, r=r,
+                                                                 title="Synthetic vs natural effective robustness "
+                                                                 "(recipe per-setting)"),
                                        tb.dir / "synthetic_vs_natural"))
         table = frame.reset_index().rename(columns={"natural_er": f"{label}_er"})
+        table["recipe"] = "per-setting"
         parts.append(ctx.table(table, tb.dir / "synthetic_vs_natural",
                                f"Synthetic and {label} effective robustness (pp) on {tb.testbed.name}"))
         parts.append("<h4>Which corruptions predict natural robustness?</h4>")

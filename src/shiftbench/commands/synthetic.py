@@ -1,0 +1,106 @@
+"""``shiftbench synthetic-vs-natural``: does robustness to synthetic shifts (ImageNet-C, PGD)
+predict robustness to a natural one (ImageNetV2)? Taori et al. 2020, §4.2, under a named recipe
+(``--recipe``: :data:`shiftbench.analysis.synthetic.RECIPES`).
+
+One call into :func:`shiftbench.analysis.synthetic.synthetic_vs_natural`; on the cleaned
+``imagenet-reference`` the taori2020 recipe is also run on ``imagenet-reference-raw`` to show how
+r changes with the cleaning.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from shiftbench.analysis.synthetic import (
+    NATURAL_DEFAULT,
+    RECIPES,
+    SyntheticVsNatural,
+    recipe_line,
+    synthetic_vs_natural,
+)
+from shiftbench.cli_options import JsonOpt, StoreAddOpt, TestbedOpt
+from shiftbench.cli_support import Table, out
+from shiftbench.cli_support import testbed_from_options as _testbed
+from shiftbench.errors import ConfigError
+from shiftbench.reference import load_testbed
+
+#: The cleaned reference testbed and the one it was cleaned from.
+CLEANED, RAW = "imagenet-reference", "imagenet-reference-raw"
+
+
+def _rnp(res: SyntheticVsNatural | None) -> dict[str, object] | None:
+    if res is None:
+        return None
+    d = res.to_dict()
+    return {"r": d["r"], "n": d["n"], "p": d["p"]}
+
+
+def cleaning_effect(res: SyntheticVsNatural, scale: str = "logit") -> dict[str, object] | None:
+    """r, n and p with the cleaning (``res``, on ``imagenet-reference``) and without it (the same
+    recipe on ``imagenet-reference-raw``), for the synthetic and the adversarial average;
+    ``None`` unless ``res`` is the taori2020 recipe on the cleaned reference testbed."""
+    if res.recipe != "taori2020" or res.testbed != CLEANED:
+        return None
+    raw = synthetic_vs_natural(load_testbed(RAW), res.recipe, res.natural, x=res.x, scale=scale, fallback=True)
+    return {"cleaned": {**_rnp(res), "adversarial": _rnp(res.adversarial)},  # type: ignore[dict-item]
+            "raw": {**_rnp(raw), "adversarial": _rnp(raw.adversarial)}}  # type: ignore[dict-item]
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``synthetic-vs-natural`` to the ``shiftbench`` app."""
+
+    @app.command("synthetic-vs-natural")
+    def synthetic_vs_natural_cmd(
+        testbed: TestbedOpt = None,
+        store: StoreAddOpt = None,
+        recipe: Annotated[str, typer.Option(
+            "--recipe", help="taori2020 (effective robustness of the average accuracy over ImageNet-C in-memory and "
+            "on-disk, Stylized ImageNet and greyscale; Taori et al. 2020 §4.2) or per-setting (mean of each "
+            "in-memory setting's effective robustness).")] = "taori2020",
+        natural: Annotated[str, typer.Option("--natural", help="The natural shift.")] = NATURAL_DEFAULT,
+        x: Annotated[str, typer.Option("--x", help="In-distribution setting.")] = "val",
+        fallback: Annotated[bool, typer.Option(
+            "--fallback", help="When the testbed lacks settings the recipe needs, use those it has (and say so) "
+            "instead of failing.")] = False,
+        csv: Annotated[Optional[Path], typer.Option(
+            "--csv", help="Write the per-model table (with the recipe, its description and paper) to this CSV.")] = None,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Pearson r between effective robustness on synthetic shifts (ImageNet-C average; PGD) and on a
+        natural shift (ImageNetV2), over the non-standard models, under a named recipe."""
+        if recipe not in RECIPES:
+            raise ConfigError(f"unknown --recipe {recipe!r}; choose one of {', '.join(RECIPES)}")
+        res = synthetic_vs_natural(_testbed(testbed, store), recipe, natural, x=x, fallback=fallback)
+        cleaning = cleaning_effect(res)
+        if csv is not None:
+            csv.parent.mkdir(parents=True, exist_ok=True)
+            res.to_csv_frame().to_csv(csv, index=False)
+        if as_json:
+            d = res.to_dict()
+            if cleaning is not None:
+                d["cleaning"] = cleaning
+            print(json.dumps(d))
+            return
+        t = Table("synthetic shift", "Pearson r", "n", "p", "settings averaged",
+                  title=f"Synthetic vs {natural} effective robustness on {res.testbed} (recipe {recipe})")
+        for label, part in (("ImageNet-C average", res), ("adversarial (PGD) average", res.adversarial)):
+            if part is None:
+                t.add_row(label, "-", "-", "-", "none in the testbed")
+            else:
+                t.add_row(label, f"{part.r:.3f}", str(part.n), f"{part.p:.2g}", str(len(part.settings)))
+        out.print(t)
+        out.print(f"recipe {recipe_line(recipe)}", markup=False, highlight=False)
+        for note in res.notes:
+            out.print(f"note: {note}", markup=False, highlight=False)
+        if cleaning is not None:
+            c, r = cleaning["cleaned"], cleaning["raw"]
+            out.print(f"cleaning: r = {c['r']:.3f} (n = {c['n']}) on {CLEANED}, {r['r']:.3f} (n = {r['n']}) on {RAW}"
+                      f" (change {c['r'] - r['r']:+.3f}); adversarial r unchanged at {c['adversarial']['r']:.3f}"
+                      if c["adversarial"] and r["adversarial"] and c["adversarial"]["r"] == r["adversarial"]["r"]
+                      else f"cleaning: r = {c['r']:.3f} (n = {c['n']}) on {CLEANED}, {r['r']:.3f} (n = {r['n']}) "
+                      f"on {RAW} (change {c['r'] - r['r']:+.3f})", markup=False, highlight=False)
+        if csv is not None:
+            out.print(f"wrote {csv}", markup=False, highlight=False)
