@@ -307,3 +307,38 @@ def test_relative_robustness_errors(tb: tbmod.Testbed) -> None:
         relative_robustness("y", "std-60", testbed=tb, x="xx")
     with pytest.raises(DataError, match="std-empty"):
         relative_robustness("y", "std-empty", testbed=tb)
+
+
+def test_prediction_interval_is_statsmodels_ols_obs_interval_in_scaled_coordinates():
+    import statsmodels.api as sm
+
+    from shiftbench.analysis.scaling import inverse, transform
+
+    rng = np.random.default_rng(3)
+    x = rng.uniform(55, 85, 40)
+    y = inverse(0.9 * transform(x, "logit") - 0.4 + rng.normal(0, 0.05, 40), "logit")
+    fit = fit_trend(x, y, "logit")
+    at = np.array([50.0, 70.0, 90.0])
+    lo, hi = fit.prediction_interval(at, confidence=0.95)
+    ols = sm.OLS(transform(y, "logit"), sm.add_constant(transform(x, "logit"))).fit()
+    frame = ols.get_prediction(sm.add_constant(transform(at, "logit"))).summary_frame(alpha=0.05)
+    np.testing.assert_allclose(lo, inverse(frame["obs_ci_lower"].to_numpy(), "logit"), rtol=1e-9)
+    np.testing.assert_allclose(hi, inverse(frame["obs_ci_upper"].to_numpy(), "logit"), rtol=1e-9)
+
+
+def test_significantly_above_counts_only_models_inside_the_fitted_range_and_beyond_the_scatter():
+    from shiftbench import load_testbed
+    from shiftbench.analysis.robustness import trend_verdicts
+
+    tb = load_testbed("imagenet-reference")
+    er = effective_robustness("val-on-vid-robust-classes", "imagenet-vid-robust_pm10", testbed=tb, n_resamples=200)
+    verdict = trend_verdicts(er)
+    fit = er.attrs["fit"]
+    outside = (er["x_acc"] < fit.x_range[0]) | (er["x_acc"] > fit.x_range[1])
+    assert (verdict[outside] == "outside").all() and (verdict[~outside] != "outside").all()
+    above_by_bar = int(((er["er_low"] > 0) & ~outside).sum())      # 46 of the 158 the bar alone counts
+    assert 0 < (verdict == "above").sum() < above_by_bar             # the standard models' scatter counts too
+    assert (er["er_low"] > 0).sum() > 3 * (verdict == "above").sum()
+    lo, hi = fit.prediction_interval(er.loc[verdict == "above", "x_acc"].to_numpy())
+    assert (er.loc[verdict == "above", "y_acc"] > hi).all()
+    assert (verdict[er["in_fit"]] == "above").sum() <= 0.1 * er["in_fit"].sum()

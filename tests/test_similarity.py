@@ -380,3 +380,15 @@ def test_on_a_pm_k_setting_the_examples_are_pm_sets_scored_by_the_pm_k_rule(tmp_
     assert c.accuracy["m.a"] == pytest.approx(acc) and n == 3          # both in percent
     # per frame, m.a gets one frame right that m.b gets wrong (g2 at +12); per pm-set, none
     assert dominance_probability(c).loc["m.a", "m.b"] == 0.0
+
+
+def test_the_report_draws_unshifted_settings_and_not_one_matrix_per_corruption():
+    from shiftbench.report.section_similarity import MAX_SETTINGS, MAX_SHIFTED, drawn_settings
+
+    corrupted = [f"mnist-test+{c}.{k}" for c in ("fog", "contrast") for k in range(1, 6)]
+    shown, shifted = drawn_settings(corrupted[:3] + ["mnist-test", "uci-digits"] + corrupted[3:])
+    assert shown == ["mnist-test", "uci-digits"] and len(shifted) == 10
+    only_shifted, _ = drawn_settings(corrupted)
+    assert only_shifted == corrupted[:MAX_SHIFTED]
+    many = [f"s{i}" for i in range(20)]
+    assert drawn_settings(many)[0] == many[:MAX_SETTINGS]

@@ -174,3 +174,26 @@ def most_effectively_robust(
     out = frame.sort_values("effective_robustness", ascending=False).head(top)
     out.attrs.update(er.attrs)
     return out
+
+
+#: the rule :func:`trend_verdicts` applies, in words (for reports)
+VERDICT_RULE = ("significantly above (below) the trend: inside the ID accuracy range the line was fitted on, "
+                "above (below) the line's 95% prediction interval - the standard models' own scatter around it "
+                "included - and with the model's interval (Clopper-Pearson and bootstrap band) entirely above "
+                "(below) the line")
+
+
+def trend_verdicts(er: pd.DataFrame, confidence: float = 0.95) -> pd.Series:
+    """Per model of an :func:`effective_robustness` frame: ``"above"``, ``"below"``, ``"on"`` the
+    trend, or ``"outside"`` (its ID accuracy lies outside the range the line was fitted on, where
+    the line is an extrapolation), by :data:`VERDICT_RULE`."""
+    fit: TrendFit = er.attrs["fit"]
+    lo, hi = fit.prediction_interval(er["x_acc"].to_numpy(), confidence)
+    inside = (er["x_acc"] >= fit.x_range[0]) & (er["x_acc"] <= fit.x_range[1])
+    above = inside & (er["er_low"] > 0) & (er["y_acc"] > hi)
+    below = inside & (er["er_high"] < 0) & (er["y_acc"] < lo)
+    verdict = pd.Series("on", index=er.index, name="verdict")
+    verdict[above] = "above"
+    verdict[below] = "below"
+    verdict[~inside] = "outside"
+    return verdict

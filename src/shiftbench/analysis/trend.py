@@ -88,6 +88,24 @@ class TrendFit:
         """The trend's shifted accuracy (percent) at in-distribution accuracy ``acc_x`` (percent)."""
         return inverse(self.predict_scaled(transform(acc_x, self.scale, n)), self.scale)
 
+    def prediction_interval(self, acc_x: ArrayLike, confidence: float = 0.95,
+                            n: ArrayLike | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The OLS prediction interval (percent) of a *new* model's shifted accuracy at ``acc_x``:
+        ``t(pred) ± t_{n-p} s sqrt(1 + b(x)' (X'X)^-1 b(x))`` in the scaled coordinates, mapped
+        back, where ``s`` is the fitted models' residual scatter. Unlike the bootstrap band (where
+        the *line* is), it includes how far standard models themselves fall from the line."""
+        from scipy.stats import t as student_t  # deferred: scipy.stats is slow to import
+
+        xt = transform(acc_x, self.scale, n)
+        phi = self.basis(np.atleast_1d(np.asarray(xt, dtype=float)))
+        fit_phi = self.basis(np.asarray(self.xs, dtype=float))
+        dof = max(1, len(self.xs) - fit_phi.shape[1])
+        lever = np.einsum("ij,jk,ik->i", phi, np.linalg.pinv(fit_phi.T @ fit_phi), phi)
+        half = student_t.ppf(0.5 + confidence / 2, dof) * self.residual_std * np.sqrt(1 + lever)
+        centre = phi @ self.coef
+        lo, hi = inverse(centre - half, self.scale), inverse(centre + half, self.scale)
+        return (lo, hi) if np.ndim(acc_x) else (lo[0], hi[0])
+
     def to_dict(self) -> dict[str, object]:
         """JSON-ready summary (the ``shiftbench fit --json`` object)."""
         return {

@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from shiftbench.analysis import relative_robustness, robustness_correlation
+from shiftbench.analysis.robustness import trend_verdicts
 from shiftbench.errors import ShiftbenchError
 from shiftbench.report.shifts import ShiftAnalysis, ShiftPair, write_testbed_report
 from shiftbench.testbed import Testbed
@@ -115,10 +116,15 @@ def _intervention_kind(tags: Sequence[str]) -> str | None:
 
 
 def _er_counts(er: pd.DataFrame) -> str:
-    above = er[er["er_low"] > 0]["model_type"].value_counts()
-    below = er[er["er_high"] < 0]["model_type"].value_counts()
+    """Models significantly above / below the trend by type (:func:`trend_verdicts`: inside the
+    fitted ID range and beyond the line's prediction interval)."""
+    verdict = trend_verdicts(er)
+    above = er.loc[verdict == "above", "model_type"].value_counts()
+    below = er.loc[verdict == "below", "model_type"].value_counts()
     fmt = lambda s: ", ".join(f"{t} {n}" for t, n in s.items()) or "none"  # noqa: E731
-    return f"significantly above the trend: {fmt(above)}; significantly below: {fmt(below)}"
+    outside = int((verdict == "outside").sum())
+    return (f"significantly above the trend: {fmt(above)}; significantly below: {fmt(below)}"
+            + (f" ({outside} models outside the fitted ID range not judged)" if outside else ""))
 
 
 def summary_lines(tb: Testbed, results: Sequence[ShiftAnalysis], rel: pd.DataFrame, rep: pd.DataFrame,
@@ -142,7 +148,7 @@ def summary_lines(tb: Testbed, results: Sequence[ShiftAnalysis], rel: pd.DataFra
         lines.append(
             f"- **{r.shift.label}** (`{r.shift.y}`): standard models lose {drop.mean():.1f} pp on average "
             f"({drop.min():.1f} to {drop.max():.1f}); the logit trend has slope {r.fit.slope:.2f} and r² "
-            f"{r.fit.r2:.2f} over {r.fit.n_models} standard models; {_er_counts(r.er)}; highest effective "
+            f"{r.fit.r2:.3f} over {r.fit.n_models} standard models; {_er_counts(r.er)}; highest effective "
             f"robustness: `{best}` ({tb.model_types[best]}, {r.er.at[best, 'effective_robustness']:+.1f} pp).")
     if len(rel):
         lines += ["", "Interventions against the standard model each was derived from (same architecture and "

@@ -112,7 +112,7 @@ def plot_trend(
     # y = x and the trend with its band
     grid = np.linspace(x_lo, x_hi, 200)
     ax.plot(grid, grid, ls="--", color="0.45", lw=1, label="y = x", zorder=1)
-    label = f"{fit.kind.capitalize()} fit ({fit.n_models} models, slope {fit.slope:.2f}, $r^2$ {fit.r2:.2f})"
+    label = f"{fit.kind.capitalize()} fit ({fit.n_models} models, slope {fit.slope:.2f}, $r^2$ {fit.r2:.3f})"
     ax.plot(grid, fit.predict_scaled(grid), color="black", lw=1.6, label=label, zorder=3)
     if band is not None:
         gx = transform(band.grid, scale)

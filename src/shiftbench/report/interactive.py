@@ -118,7 +118,7 @@ def trend_figure(
             p = float(transform(getattr(fit, "pivot"), scale))
             knots = sorted({x_lo, min(max(p, x_lo), x_hi), x_hi})
         label = (f"{fit.kind.capitalize()} fit ({fit.n_models} models, slope {fit.slope:.2f}, "
-                 f"r² {fit.r2:.2f})")
+                 f"r² {fit.r2:.3f})")
         fig.add_trace(go.Scatter(x=_round(knots, 4), y=_round(fit.predict_scaled(knots), 4), mode="lines",
                                  name=label, hoverinfo="skip", line=dict(color="black", width=2)))
         if fit.kind == "piecewise":

@@ -5,8 +5,12 @@ Per setting with predictions of at least two models: the dominance-probability (
 dissimilar pairs, and the examples that no standard model gets right with the models that do.
 Computed from the stored per-example predictions (:mod:`shiftbench.analysis.similarity`).
 To keep the page small, each matrix shows at most :data:`MAX_MODELS` models (evenly spaced in
-accuracy) and at most :data:`MAX_SETTINGS` settings are drawn (those with the most models); the
-full tables are written as CSV next to the report.
+accuracy) and at most :data:`MAX_SETTINGS` settings are drawn (those with the most models);
+settings made by a synthetic shift (``<setting>+<shift>``: every corruption at every severity)
+are drawn only when the store has no other, and then at most :data:`MAX_SHIFTED` of them (one
+matrix per corruption and severity repeated the same story and made the page 50 matrices long;
+``shiftbench similarity --setting S`` computes any of them). The full tables of the drawn
+settings are written as CSV next to the report.
 """
 from __future__ import annotations
 
@@ -30,6 +34,7 @@ from shiftbench.report.sections import (
 from shiftbench.report.similarity_figures import MAX_MODELS, plot_similarity_matrices, similarity_heatmap
 
 MAX_SETTINGS = 12
+MAX_SHIFTED = 4
 TOP_PAIRS = 8
 TOP_EXAMPLES = 15
 MAX_NAMES = 6
@@ -41,6 +46,15 @@ def solved_by_short(names: str, limit: int = MAX_NAMES) -> str:
     if len(parts) <= limit:
         return "; ".join(parts)
     return "; ".join(parts[:limit]) + f"; … {len(parts) - limit} more"
+
+
+def drawn_settings(settings: list[str]) -> tuple[list[str], list[str]]:
+    """(the settings whose matrices are drawn, the settings made by a synthetic shift): up to
+    :data:`MAX_SETTINGS` settings without a shift in the order given (most models first), or,
+    when every setting is shifted, the first :data:`MAX_SHIFTED` of those."""
+    unshifted = [s for s in settings if "+" not in s]
+    shifted = [s for s in settings if "+" in s]
+    return unshifted[:MAX_SETTINGS] or shifted[:MAX_SHIFTED], shifted
 
 
 def dissimilar_pairs(pairs: pd.DataFrame, n: int = TOP_PAIRS) -> pd.DataFrame:
@@ -85,7 +99,7 @@ class SimilaritySection(Section):
 
     def render(self, ctx: ReportContext, tb: TestbedReport | None) -> list[Rendered]:
         settings = self._settings(ctx)
-        shown = list(settings.index[:MAX_SETTINGS])
+        shown, shifted = drawn_settings(list(settings.index))
         parts = ["<p>Per setting, for every pair of models evaluated on it: the <b>dominance probability</b> - "
                  "the share of examples the less accurate model gets right and the more accurate one gets wrong "
                  "(Mania &amp; Sra 2020) - and the <b>error consistency</b> κ, Cohen's kappa of the two models' "
@@ -94,8 +108,10 @@ class SimilaritySection(Section):
                  "columns run from the least to the most accurate model. Examples are aligned by id; an example "
                  "not scored for every model is left out for all.</p>"]
         if len(settings) > len(shown):
+            left = (f"; the {len(shifted)} settings made by a synthetic shift (<code>+corruption.severity</code>) are "
+                    "not drawn" if shifted and shown[0] not in shifted else "")
             parts.append(f'<p class="sb-note">{len(shown)} of {len(settings)} settings shown (those with the most '
-                         "models); <code>shiftbench similarity</code> computes any setting.</p>")
+                         f"models{left}); <code>shiftbench similarity --setting S</code> computes any setting.</p>")
         for setting in shown:
             parts.append(self._setting(ctx, setting))
         anchor = ctx.anchor(self.key)

@@ -25,6 +25,7 @@ from shiftbench.analysis import (
 
 # the natural shifts and how each is fitted are pure data and code, shared with analysis.placement
 from shiftbench.analysis.placement import NATURAL_SHIFTS, ShiftPair, fit_shift, fitted_on_note, place_models
+from shiftbench.analysis.robustness import VERDICT_RULE, trend_verdicts
 from shiftbench.analysis.trend import DEFAULT_FIT_ON
 from shiftbench.errors import ConfigError, ShiftbenchError, did_you_mean
 from shiftbench.report.figures import plot_trend, save_figure
@@ -156,13 +157,16 @@ def at_a_glance(results: Sequence[ShiftAnalysis], top: int = 10) -> list[str]:
         best = most_effectively_robust(r.er, top)
         types = best["model_type"].value_counts()
         lead = best.iloc[0]
-        beyond = int((r.er["er_low"] > 0).sum())
+        verdict = trend_verdicts(r.er).value_counts()
         lines.append(
-            f"- **{r.shift.label}**: r² {r.fit.r2:.2f} over {r.fit.n_models} standard models; "
-            f"{beyond} of {len(r.er)} models lie significantly above the trend; the most effectively robust is "
+            f"- **{r.shift.label}**: r² {r.fit.r2:.3f} over {r.fit.n_models} standard models; "
+            f"{verdict.get('above', 0)} of {len(r.er) - verdict.get('outside', 0)} models inside the fitted ID range "
+            f"lie significantly above the trend ({verdict.get('outside', 0)} outside it not counted); "
+            "the most effectively robust is "
             f"`{best.index[0]}` ({lead.model_type}, {lead.effective_robustness:+.1f} pp); "
             f"top {len(best)} by type: " + ", ".join(f"{t} {n}" for t, n in types.items()) + ".")
-    return (["At a glance:", ""] + lines + [""]) if lines else []
+    return (["At a glance:", ""] + lines + ["", f"({VERDICT_RULE[0].upper() + VERDICT_RULE[1:]}.)", ""]
+            if lines else [])
 
 
 def correlation_section(results: Sequence[ShiftAnalysis], reference: str = "ImageNetV2") -> list[str]:
