@@ -1,5 +1,6 @@
 """``shiftbench informativeness`` and ``shiftbench diagnostics``: which settings tell model groups
-apart beyond ID accuracy (Djolonga et al. 2021), and how well each shift's trend holds per scaling."""
+apart beyond ID accuracy (Djolonga et al. 2021, §3; ``--method`` picks the recipe), and how well
+each shift's trend holds per scaling."""
 from __future__ import annotations
 
 import json
@@ -8,7 +9,8 @@ from typing import Annotated, Optional
 import typer
 
 from shiftbench.analysis.diagnostics import trend_diagnostics
-from shiftbench.analysis.informativeness import informativeness_ranking, top_informative
+from shiftbench.analysis.informativeness import (
+    DEFAULT_METHOD, DEFAULT_RESAMPLES, METHODS, informativeness_ranking, top_informative)
 from shiftbench.analysis.scaling import SCALES
 from shiftbench.cli_options import JsonOpt, SeedOpt, StoreAddOpt, TestbedOpt
 from shiftbench.cli_support import Table, out
@@ -24,30 +26,51 @@ def _split(values: list[str] | None) -> list[str] | None:
     return [v.strip() for item in values for v in item.split(",") if v.strip()]
 
 
+def _min_models(value: str) -> int | float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = -1.0
+    if not (0 < number < 1 or (number >= 1 and number.is_integer())):
+        raise typer.BadParameter(f"{value}: give a count of models (e.g. 100) or a fraction of the groups' models "
+                                 "(e.g. 0.5)", param_hint="--min-models")
+    return number if number < 1 else int(number)
+
+
 def informativeness_cmd(
     testbed: TestbedOpt = None,
     store: StoreAddOpt = None,
+    method: Annotated[str, typer.Option("--method", help="Recipe: " + "; ".join(
+        f"{k}: {v[0]} ({v[1]})" for k, v in METHODS.items()) + ".")] = DEFAULT_METHOD,
     x: Annotated[str, typer.Option("--x", help="In-distribution setting every classifier gets.")] = "val",
     group: Annotated[Optional[list[str]], typer.Option(
-        "--group", help="Model types to tell from the baseline (repeat or comma-separate; default every type "
-        "with --min-models models).")] = None,
-    baseline: Annotated[str, typer.Option("--baseline", help="The model type the groups are told from.")] = "STANDARD",
-    n_resamples: Annotated[int, typer.Option("--resamples", help="Bootstrap resamples of the gain.")] = 100,
+        "--group", help="Model types to use (repeat or comma-separate; default every type with "
+        "--min-models-per-group models).")] = None,
+    baseline: Annotated[str, typer.Option("--baseline", help="one-vs-standard: the model type the groups are told "
+                                          "from.")] = "STANDARD",
+    n_resamples: Annotated[int, typer.Option("--resamples", help="Bootstrap resamples of the gain (1,000 as in "
+                                             "Djolonga et al.).")] = DEFAULT_RESAMPLES,
     folds: Annotated[int, typer.Option("--folds", help="Stratified cross-validation folds.")] = 5,
-    min_models: Annotated[int, typer.Option("--min-models", help="Fewest models per group and setting.")] = 10,
+    min_per_group: Annotated[int, typer.Option("--min-models-per-group", help="Fewest models of a group on a "
+                                               "setting for the group to count.")] = 10,
+    min_models: Annotated[str, typer.Option("--min-models", help="Fewest models a setting is computed on: a count, "
+                                            "or a fraction of the same groups' models on --x.")] = "0.5",
     scale: Annotated[str, typer.Option("--scale", help="Feature scaling of accuracies: logit, probit, linear.")] = "logit",
     seed: SeedOpt = 0,
+    jobs: Annotated[int, typer.Option("--jobs", help="Processes for the djolonga2021 fits (-1: every core); the "
+                                      "result does not depend on it.")] = 1,
     top: Annotated[int, typer.Option("--top", help="Show the K most informative settings per group.")] = 10,
     as_json: JsonOpt = False,
 ) -> None:
-    """Rank settings by how much their accuracy adds to ID accuracy for telling model groups apart
-    (gain in cross-validated balanced accuracy of a logistic regression; Djolonga et al. 2021)."""
+    """Rank settings by how much their accuracy adds to ID accuracy for predicting a model's group
+    (gain in cross-validated accuracy of a logistic regression; Djolonga et al. 2021, §3)."""
 
     if top < 1:
         raise typer.BadParameter(f"{top}: show at least 1 setting per group", param_hint="--top")
     tb = _testbed(testbed, store)
-    kwargs = dict(x=x, groups=_split(group), baseline=baseline, n_resamples=n_resamples, n_folds=folds,
-                  min_models=min_models, scale=scale, seed=seed)
+    kwargs = dict(method=method, x=x, groups=_split(group), baseline=baseline, n_resamples=n_resamples,
+                  n_folds=folds, min_models_per_group=min_per_group, min_models=_min_models(min_models), scale=scale,
+                  seed=seed, n_jobs=jobs)
     if as_json:
         ranking = informativeness_ranking(tb, **kwargs)
     else:
@@ -62,22 +85,37 @@ def informativeness_cmd(
             ranking = informativeness_ranking(tb, on_step=step, **kwargs)
             progress.update(task, description="informativeness ranked")
     best = top_informative(ranking, top)
-    if as_json:
-        print(json.dumps([{k: _clean(v) for k, v in r.items()} for r in best.to_dict("records")]))
-        return
     a = ranking.attrs
-    for g in a["groups"]:
+    if as_json:
+        keep = ("testbed", "x", "baseline", "groups", "scale", "n_resamples", "n_folds", "n_repeats", "seed",
+                "min_models_per_group", "min_models", "seconds")
+        print(json.dumps({"method": a["method"], **{k: _clean(a[k]) for k in keep},
+                          "ranking": [{k: _clean(v) for k, v in r.items()}
+                                      for r in best.astype(object).where(best.notna(), None).to_dict("records")],
+                          "dropped": a["dropped"]}))
+        return
+    one_vs = method == "one-vs-standard"
+    score = "balanced accuracy" if one_vs else "accuracy"
+    out.print(f"method {method}: {a['method']['description']} [{a['method']['paper']}]")
+    for g in dict.fromkeys(best["group"]):
         rows = best[best["group"] == g]
-        table = Table("rank", "setting", "gain (pp)", "gain on data", f"{x} only", f"{x} + setting", "models",
-                      title=f"{tb.name}: settings that tell {g} from {baseline} beyond {x} accuracy (balanced "
-                      f"accuracy %, {folds}-fold CV; gain = bootstrap mean ± s.d. over {n_resamples} resamples)")
+        what = f"tell {g} from {baseline}" if one_vs else f"predict the group ({', '.join(a['groups'])})"
+        table = Table("rank", "setting", "gain (pp)", "gain on data", f"{x} only", f"{x} + setting", "n models",
+                      "models per group",
+                      title=f"{tb.name}: settings that {what} beyond {x} accuracy ({score} %, {folds}-fold CV; "
+                      f"gain = bootstrap mean ± s.d. over {n_resamples} resamples)")
         for r in rows.itertuples(index=False):
             table.add_row(str(r.rank), r.setting, f"{r.gain_mean:+.1f} ± {r.gain_sd:.1f}", f"{r.gain:+.1f}",
-                          f"{r.score_id:.1f}", f"{r.score_metric:.1f}", f"{r.n_group} + {r.n_baseline}")
+                          f"{r.score_id:.1f}", f"{r.score_metric:.1f}", str(r.n_models), r.models_per_group)
         out.print(table)
-    out.print(f"ranked {ranking['setting'].nunique()} settings for {len(a['groups'])} groups in "
-              f"{a['seconds']:.1f} s; {len(a['skipped'])} (group, setting) pairs skipped with fewer than "
-              f"{min_models} models.")
+    groups = f" for {len(a['groups'])} groups" if one_vs else f" over {len(a['groups'])} groups"
+    out.print(f"ranked {ranking['setting'].nunique()} settings{groups} in {a['seconds']:.1f} s; "
+              f"{len(a['dropped'])} dropped (a group below {min_per_group} models, or below --min-models {min_models}).")
+    for d in a["dropped"][:10]:
+        out.print(f"  dropped {d['setting']}" + (f" ({d['group']})" if one_vs else "")
+                  + f": {d['reason']} [{d['models_per_group']}]")
+    if len(a["dropped"]) > 10:
+        out.print(f"  ... and {len(a['dropped']) - 10} more (--json lists them all)")
 
 
 def diagnostics_cmd(

@@ -1,5 +1,6 @@
 """Figures of the metric diagnostics: r² of each shift's trend per scaling (a heatmap with weak
-trends marked) and the most informative settings per model group (bars with bootstrap s.d.).
+trends marked) and the most informative settings (bars with bootstrap s.d.): one panel for the
+``djolonga2021`` recipe (all groups at once), one per group for ``one-vs-standard``.
 
 Each figure comes twice: matplotlib for the static PNG/SVG/PDF files and plotly for the HTML
 report. User-supplied text (shift, setting and group names) is escaped for plotly with
@@ -87,15 +88,32 @@ def r2_heatmap_figure(diag: pd.DataFrame, *, title: str) -> go.Figure:
 
 
 def _groups(ranking: pd.DataFrame) -> list[str]:
-    return list(ranking.attrs.get("groups") or dict.fromkeys(ranking["group"]))
+    """The panels: the ranking's ``group`` labels (``"all"`` for ``djolonga2021``), in order."""
+    return list(dict.fromkeys(ranking["group"]))
 
 
 def _colour(group: str, groups: list[str]) -> str:
     return type_styles(groups)[group][0] if group not in TYPE_STYLE else TYPE_STYLE[group][0]
 
 
+def _one_vs(top: pd.DataFrame) -> bool:
+    return "method" in top and (top["method"] == "one-vs-standard").any()
+
+
+def _score(top: pd.DataFrame) -> str:
+    return "balanced accuracy" if _one_vs(top) else "accuracy"
+
+
+def _task(group: str, top: pd.DataFrame) -> str:
+    """A panel's title: the group against the baseline, or the multinomial task over all groups."""
+    if _one_vs(top):
+        return f"{group} vs {top.attrs.get('baseline') or 'STANDARD'}"
+    groups = top.attrs.get("groups") or []
+    return f"predicting the group among {len(groups)} types" if groups else "predicting the group"
+
+
 def plot_informativeness(top: pd.DataFrame, *, title: str = "Most informative settings beyond ID accuracy") -> Figure:
-    """One panel per group: the gain (bootstrap mean ± s.d., points of balanced accuracy) of its
+    """One panel per task: the gain (bootstrap mean ± s.d., points of accuracy) of its
     most informative settings (``top``: :func:`~shiftbench.analysis.informativeness.top_informative`)."""
     groups = [g for g in _groups(top) if g in set(top["group"])]
     k = max(int(top.groupby("group").size().max()), 1)
@@ -107,10 +125,10 @@ def plot_informativeness(top: pd.DataFrame, *, title: str = "Most informative se
                 color=_colour(g, groups), alpha=0.85, error_kw=dict(ecolor="0.3", lw=0.8, capsize=2))
         ax.axvline(0, color="0.4", lw=0.8)
         ax.tick_params(axis="y", labelsize=7)
-        ax.set_title(_mpl(f"{g} vs {top.attrs.get('baseline', 'STANDARD')} "
-                          f"({int(rows['n_group'].max())} models; {top.attrs.get('x', 'ID')} alone: "
-                          f"{rows['score_id'].mean():.1f}% balanced accuracy)"), fontsize=9)
-    axes[-1, 0].set_xlabel("gain in balanced accuracy from adding the setting (points; mean ± s.d.)")
+        ax.set_title(_mpl(f"{_task(g, top)} (up to {int(rows['n_models'].max())} models; "
+                          f"{top.attrs.get('x', 'ID')} alone: {rows['score_id'].mean():.1f}% {_score(top)})"),
+                     fontsize=9)
+    axes[-1, 0].set_xlabel(f"gain in {_score(top)} from adding the setting (points; mean ± s.d.)")
     fig.suptitle(_mpl(title), fontsize=10)
     fig.tight_layout()
     return fig
@@ -121,18 +139,18 @@ def informativeness_figure(top: pd.DataFrame, *, title: str) -> go.Figure:
     groups = [g for g in _groups(top) if g in set(top["group"])]
     k = max(int(top.groupby("group").size().max()), 1)
     fig = make_subplots(rows=len(groups), cols=1, vertical_spacing=0.25 / max(len(groups), 1),
-                        subplot_titles=[plotly_text(f"{g} vs {top.attrs.get('baseline', 'STANDARD')}") for g in groups])
+                        subplot_titles=[plotly_text(_task(g, top)) for g in groups])
     for i, g in enumerate(groups, start=1):
         rows = top[top["group"] == g].iloc[::-1]
         hover = [plotly_text(f"{r.setting}: gain {r.gain_mean:+.1f} ± {r.gain_sd:.1f} (on the data {r.gain:+.1f}); "
-                             f"balanced accuracy {r.score_id:.1f}% → {r.score_metric:.1f}%; "
-                             f"{r.n_group} + {r.n_baseline} models") for r in rows.itertuples()]
+                             f"{_score(top)} {r.score_id:.1f}% → {r.score_metric:.1f}%; "
+                             f"{r.n_models} models ({r.models_per_group})") for r in rows.itertuples()]
         fig.add_trace(go.Bar(
             x=[round(float(v), 2) for v in rows["gain_mean"]], y=[plotly_text(s) for s in rows["setting"]],
             orientation="h", name=plotly_text(g), marker_color=_colour(g, groups),
             error_x=dict(type="data", array=[round(float(v), 2) for v in rows["gain_sd"]], color="#444", thickness=1),
             hovertext=hover, hoverinfo="text"), row=i, col=1)
-        fig.update_xaxes(title_text="gain in balanced accuracy (points)" if i == len(groups) else None,
+        fig.update_xaxes(title_text=f"gain in {_score(top)} (points)" if i == len(groups) else None,
                          zeroline=True, zerolinecolor="#888", gridcolor="#e6e6e6", row=i, col=1)
     fig.update_layout(template="none", font=FONT, showlegend=False, paper_bgcolor="white", plot_bgcolor="white",
                       title=dict(text=plotly_text(title), x=0.012, font=dict(size=14)),
