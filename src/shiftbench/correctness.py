@@ -258,3 +258,135 @@ def correctness_matrix(store: Store | str | Path, setting: str, models: Iterable
     types = [str(t) if isinstance(t, str) and t else "UNKNOWN" for t in types]
     return CorrectnessMatrix(correct, tuple(here["model"].astype(str)), tuple(ref[kept]), setting=setting,
                              model_types=tuple(types), n_skipped=n_skipped, n_unshared=n_unshared)
+
+
+# ---------------------------------------------------------------------------- predictions, for label-free estimates
+@dataclass(frozen=True)
+class PredictionMatrix:
+    """Per model the top-1 prediction, correctness, max-softmax and entropy of every example of a
+    setting, aligned on example ids as in :func:`correctness_matrix` (``(n_models, n_examples)``
+    arrays; ``confidence``/``entropy`` are None when some model's rows lack the column, e.g. a
+    store written before the column existed)."""
+
+    models: tuple[str, ...]
+    example_ids: tuple[str, ...]
+    pred: np.ndarray
+    correct: np.ndarray
+    confidence: np.ndarray | None
+    entropy: np.ndarray | None
+    setting: str = ""
+    n_skipped: int = 0
+    n_unshared: int = 0
+
+
+def _label_space(setting: str, convention: str) -> tuple:
+    """What a setting's predictions are ids of: the view's class subset or target space (a folder,
+    a manifest and every full-space setting compare equal)."""
+    try:
+        view = get_setting(setting).view(convention)
+    except Exception:   # a setting this installation cannot build: nothing to compare
+        return ("unknown",)
+    ids = getattr(view, "class_ids", None)
+    if ids is not None:
+        return ("subset", tuple(np.asarray(ids).tolist()))
+    n = getattr(view, "num_target", None)
+    if n is not None:
+        return (type(view).__name__, int(n), tuple(getattr(view, "target_names", None) or ()))
+    return ("full",)
+
+
+def prediction_matrix(store: Store | str | Path, setting: str, models: Iterable[str], *,
+                      convention: str = "restricted") -> PredictionMatrix:
+    """:class:`PredictionMatrix` of ``models`` on ``setting``, from the store (the keys
+    :func:`correctness_matrix` picks; examples skipped for any model or not in every model's list
+    are left out for every model). Not for pm-k settings (their examples are sets of frames)."""
+    st = Store.existing(store)
+    if _pm_k_of(setting) is not None:
+        raise ConfigError(f"{setting!r} is a pm-k setting (sets of frames); label-free estimates need a "
+                          "per-image setting, e.g. its frame-level source")
+    res = _latest_keys(st.results(), convention)
+    here = res[res["setting"] == setting].set_index("model")
+    wanted = list(dict.fromkeys(models))
+    ref: pd.Index | None = None
+    present = bad = np.zeros(0, dtype=bool)
+    n_extra_bad, extra = 0, set()
+    cols: dict[str, list[np.ndarray]] = {"pred": [], "correct": [], "confidence": [], "entropy": []}
+    have = {"confidence": True, "entropy": True}
+    for model in wanted:
+        key = here.loc[model, "key"]
+        pred = st.read_predictions(key, columns=["id", "status", "pred", "correct", "confidence", "entropy"])
+        if pred.empty or not {"id", "status", "pred", "correct"} <= set(pred.columns):
+            raise DataError(f"{st.root}: no per-example predictions for model {model!r} on {setting!r} "
+                            f"(key {key}); rerun `shiftbench eval --force` for it")
+        ids = pred["id"].astype(str).to_numpy(dtype=object)
+        ok = (pred["status"] == "ok").to_numpy()
+        row = here.loc[[model]].reset_index().iloc[0]
+        if ref is None:
+            _check_unique(ids, st, row, setting)
+            ref = pd.Index(ids)
+            present, bad = np.ones(len(ref), dtype=bool), np.zeros(len(ref), dtype=bool)
+        else:
+            _check_unique(ids, st, row, setting)
+        pos = ref.get_indexer(ids)
+        inside = pos >= 0
+        seen = np.zeros(len(ref), dtype=bool)
+        seen[pos[inside]] = True
+        present &= seen
+        bad[pos[inside & ~ok]] = True
+        extra.update(ids[~inside])
+        n_extra_bad += int((~inside & ~ok).sum())
+        for name, fill, dtype in (("pred", -1, np.int64), ("correct", False, bool), ("confidence", np.nan, np.float64),
+                                  ("entropy", np.nan, np.float64)):
+            vec = np.full(len(ref), fill, dtype=dtype)
+            if name in pred.columns:
+                vec[pos[inside & ok]] = pred[name].to_numpy(dtype=dtype, na_value=fill)[inside & ok]
+            else:
+                have[name] = False
+            cols[name].append(vec)
+    assert ref is not None
+    kept = present & ~bad
+    if not kept.any():
+        raise DataError(f"{st.root}: the {len(wanted)} models on {setting!r} share no scored example; "
+                        "evaluate them on the same dataset")
+    mats = {k: np.vstack(v)[:, kept] for k, v in cols.items()}
+    for name in ("confidence", "entropy"):
+        if have[name] and np.isnan(mats[name]).any():
+            have[name] = False
+    return PredictionMatrix(tuple(wanted), tuple(ref[kept]), mats["pred"], mats["correct"],
+                            mats["confidence"] if have["confidence"] else None,
+                            mats["entropy"] if have["entropy"] else None, setting,
+                            int(bad.sum()) + n_extra_bad, int((~present & ~bad).sum()) + len(extra) - n_extra_bad)
+
+
+def label_free_inputs(store: Store | str | Path, id_setting: str, ood_setting: str,
+                      models: Iterable[str] | None = None, *,
+                      convention: str = "restricted") -> tuple[PredictionMatrix, PredictionMatrix, list[str]]:
+    """The ID and OOD :class:`PredictionMatrix` of the models with predictions on both settings,
+    and the models left out (predictions on the ID setting only, or asked for and on neither).
+
+    A :class:`ConfigError` names the settings when a setting has no predictions, when the two
+    settings' predictions are ids of different label spaces, or when fewer than 3 models remain.
+    """
+    st = Store.existing(store)
+    res = st.results()
+    if res.empty:
+        raise DataError(f"{st.root}: no finished results; run `shiftbench eval` first")
+    res = _latest_keys(res, convention)
+    known = sorted(res["setting"].astype(str).unique())
+    for s in (id_setting, ood_setting):
+        if s not in known:
+            raise ConfigError(did_you_mean("setting", s, known, f"settings with predictions in {st.root}"))
+    if _label_space(id_setting, convention) != _label_space(ood_setting, convention):
+        raise ConfigError(f"{id_setting!r} and {ood_setting!r} predict in different label spaces; agreement and "
+                          "accuracy estimates need one label space (e.g. val-on-imagenet-a-classes with imagenet-a)")
+    on_id = list(res.loc[res["setting"] == id_setting, "model"].astype(str))
+    on_ood = set(res.loc[res["setting"] == ood_setting, "model"].astype(str))
+    wanted = list(dict.fromkeys(models)) if models is not None else sorted(on_id)
+    both = [m for m in wanted if m in on_ood and m in on_id]
+    left_out = [m for m in wanted if m not in both]
+    if len(both) < 3:
+        raise ConfigError(f"{len(both)} models have predictions on both {id_setting!r} and {ood_setting!r}"
+                          + (f" ({', '.join(left_out)} lack one)" if left_out else "")
+                          + "; label-free estimates need at least 3")
+    return (prediction_matrix(st, id_setting, both, convention=convention),
+            prediction_matrix(st, ood_setting, both, convention=convention), left_out)

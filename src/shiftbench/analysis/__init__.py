@@ -4,6 +4,18 @@ Scalings, trend fits with bootstrap bands, Clopper-Pearson intervals, effective 
 robustness, piecewise trends, correlations and synthetic-vs-natural robustness (Taori et al.
 2020; Miller et al. 2021), and where given models sit among a testbed's (placement).
 """
+from shiftbench.analysis.agreement import (
+                                          LabelFreeEstimates,
+                                          aline_d,
+                                          aline_s,
+                                          atc_estimate,
+                                          atc_threshold,
+                                          average_confidence,
+                                          difference_of_confidences,
+                                          estimate_ood_accuracy,
+                                          fit_probit_line,
+                                          pairwise_agreement,
+)
 from shiftbench.analysis.correlation import Correlation, robustness_correlation
 from shiftbench.analysis.corruption import corruption_accuracy, mce
 from shiftbench.analysis.intervals import accuracy_interval, clopper_pearson
@@ -38,4 +50,6 @@ __all__ = [
     "corruption_settings", "complete_severities", "synthetic_effective_robustness", "corruption_correlations",
     "synthetic_vs_natural", "SyntheticVsNatural", "RECIPES",
     "NATURAL_SHIFTS", "ShiftPair", "fit_shift", "place_models",
+    "LabelFreeEstimates", "estimate_ood_accuracy", "pairwise_agreement", "fit_probit_line", "aline_s", "aline_d",
+    "average_confidence", "difference_of_confidences", "atc_threshold", "atc_estimate",
 ]

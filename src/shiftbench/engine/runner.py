@@ -111,7 +111,8 @@ def _targets_column(targets: Sequence[Any]) -> pa.Array:
 
 #: per-example score columns of a part, with the value of an example that could not be decoded
 SCORE_COLUMNS = {"pred": (np.int32, -1), "top5": (np.int32, -1), "correct": (bool, False), "correct5": (bool, False),
-                 "confidence": (np.float32, np.nan), "p_true": (np.float32, np.nan), "p_sq_sum": (np.float32, np.nan)}
+                 "confidence": (np.float32, np.nan), "p_true": (np.float32, np.nan), "p_sq_sum": (np.float32, np.nan),
+                 "entropy": (np.float32, np.nan)}
 
 
 @dataclass
@@ -158,7 +159,7 @@ def _part_table(dataset: ImageDataset, parts: Sequence[_Scored]) -> pa.Table:
         "top5": pa.array(list(cols["top5"]), pa.list_(pa.int32())),
         "correct": pa.array(cols["correct"]), "correct5": pa.array(cols["correct5"]),
         "confidence": pa.array(cols["confidence"]), "p_true": pa.array(cols["p_true"]),
-        "p_sq_sum": pa.array(cols["p_sq_sum"]),
+        "p_sq_sum": pa.array(cols["p_sq_sum"]), "entropy": pa.array(cols["entropy"]),
     })
 
 

@@ -145,6 +145,12 @@ def sq_sum(p: np.ndarray) -> np.ndarray:
     return np.einsum("ij,ij->i", p, p)
 
 
+def entropy(p: np.ndarray) -> np.ndarray:
+    """Row entropy ``-sum p log p`` in nats (``0 log 0 = 0``), computed in float64."""
+    q = np.asarray(p, dtype=np.float64)
+    return -np.einsum("ij,ij->i", q, np.log(np.where(q > 0, q, 1.0)))
+
+
 def gather(p: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """``p[i, idx[i]]``, and 0 where ``idx[i]`` is not a column of ``p`` (vectorised)."""
     ok = (idx >= 0) & (idx < p.shape[1])
@@ -153,7 +159,7 @@ def gather(p: np.ndarray, idx: np.ndarray) -> np.ndarray:
 
 
 def columns(pred: np.ndarray, top: np.ndarray, targets: np.ndarray, confidence: np.ndarray,
-            p_true: np.ndarray, p_sq_sum: np.ndarray) -> dict[str, np.ndarray]:
+            p_true: np.ndarray, p_sq_sum: np.ndarray, entropy: np.ndarray) -> dict[str, np.ndarray]:
     """Assemble the per-example columns of the view contract (``targets`` in the view's space)."""
     return {
         "pred": pred.astype(np.int32),
@@ -163,6 +169,7 @@ def columns(pred: np.ndarray, top: np.ndarray, targets: np.ndarray, confidence: 
         "confidence": confidence.astype(np.float32),
         "p_true": p_true.astype(np.float32),
         "p_sq_sum": p_sq_sum.astype(np.float32),
+        "entropy": entropy.astype(np.float32),
     }
 
 
@@ -172,7 +179,7 @@ def score_columns(scores: np.ndarray, targets: np.ndarray) -> dict[str, np.ndarr
     top = top5(scores)
     pred = top[:, 0]
     p = softmax(scores)
-    return columns(pred, top, targets, gather(p, pred), gather(p, targets[:, 0]), sq_sum(p))
+    return columns(pred, top, targets, gather(p, pred), gather(p, targets[:, 0]), sq_sum(p), entropy(p))
 
 
 class Projection:

@@ -11,6 +11,7 @@ length ``B``:
 ``confidence``  float32 softmax probability of ``pred`` (over the view's classes)
 ``p_true``      float32 softmax probability of the (first) true class
 ``p_sq_sum``    float32 sum of squared softmax probabilities (for the Brier score)
+``entropy``     float32 entropy of the softmax, in nats (for label-free accuracy estimates: ATC)
 
 and :meth:`View.keep` says which examples of the dataset belong to the setting (e.g.
 ``val-on-imagenet-a-classes`` keeps the validation images of the 200 ImageNet-A classes).
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-COLUMNS = ("pred", "top5", "correct", "correct5", "confidence", "p_true", "p_sq_sum")
+COLUMNS = ("pred", "top5", "correct", "correct5", "confidence", "p_true", "p_sq_sum", "entropy")
 
 Target = int | tuple[int, ...]
 

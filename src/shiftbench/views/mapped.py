@@ -88,7 +88,7 @@ class MappedView(ProjectedView):
             pred = top[:, 0]
             prob = proj.reduce(_ops.softmax(grouped), np.add, 0.0)
             return _ops.columns(pred, top, t, _ops.gather(prob, pred), _ops.gather(prob, t[:, 0]),
-                                _ops.sq_sum(prob))
+                                _ops.sq_sum(prob), _ops.entropy(prob))
         full_top = _ops.top5(x)
         mapped = _ops.lookup(proj.lut, full_top)
         top = np.where(mapped >= 0, mapped, -1)
@@ -98,4 +98,5 @@ class MappedView(ProjectedView):
         prob = proj.reduce(members, np.add, 0.0)
         confidence = np.where(pred >= 0, _ops.gather(prob, pred), _ops.gather(p, full_top[:, 0]))
         p_sq_sum = _ops.sq_sum(prob) + _ops.sq_sum(p) - _ops.sq_sum(members)
-        return _ops.columns(pred, top, t, confidence, _ops.gather(prob, t[:, 0]), p_sq_sum)
+        entropy = _ops.entropy(prob) + _ops.entropy(p) - _ops.entropy(members)
+        return _ops.columns(pred, top, t, confidence, _ops.gather(prob, t[:, 0]), p_sq_sum, entropy)

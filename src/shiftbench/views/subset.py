@@ -66,4 +66,5 @@ class SubsetView(KeyedView):
         p = _ops.softmax(sub)
         top = np.where(top_local >= 0, self.class_ids[np.maximum(top_local, 0)], -1)
         p_true = _ops.gather(p, _ops.lookup(self._local, t[:, 0]))
-        return _ops.columns(top[:, 0], top, t, _ops.gather(p, top_local[:, 0]), p_true, _ops.sq_sum(p))
+        return _ops.columns(top[:, 0], top, t, _ops.gather(p, top_local[:, 0]), p_true, _ops.sq_sum(p),
+                            _ops.entropy(p))
