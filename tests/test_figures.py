@@ -223,3 +223,34 @@ def test_save_figure_rejects_unknown_extensions(tb: tbmod.Testbed, tmp_path, nam
     with pytest.raises(ConfigError, match=r"\.png, \.svg or \.pdf"):
         save_figure(fig, tmp_path / name)
     assert not (tmp_path / name).exists()
+
+
+def test_figure_writer_saves_in_the_background_exactly_what_inline_saving_writes(tmp_path):
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    import pickle
+
+    from shiftbench.report.figures import FigureWriter, save_figure_formats
+
+    def figure():
+        fig, ax = plt.subplots(figsize=(3, 2), dpi=80)
+        ax.plot([0, 1, 2], [2, 0, 1], marker="o")
+        ax.set_title("same pixels")
+        return fig
+
+    inline = save_figure_formats(figure(), tmp_path / "inline", [".png"])
+    writer = FigureWriter()
+    paths = writer.save(figure(), tmp_path / "bg", [".png", ".svg"])
+    assert paths == [tmp_path / "bg.png", tmp_path / "bg.svg"]
+    weird = figure()
+    weird.axes[0].xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"<{v:g}>"))   # a lambda cannot be pickled
+    with pytest.raises(Exception):  # noqa: B017 - whatever pickle raises for a lambda
+        pickle.dumps(weird)
+    assert writer.save(weird, tmp_path / "weird", [".png"]) == [tmp_path / "weird.png"]
+    assert (tmp_path / "weird.png").exists(), "an unpicklable figure is saved at once, inline"
+    writer.wait()
+    assert (tmp_path / "bg.png").read_bytes() == inline[0].read_bytes()
+    assert (tmp_path / "bg.svg").stat().st_size > 1000
+    with pytest.raises(ConfigError, match="unknown figure format '.jpg'"):
+        FigureWriter().save(figure(), tmp_path / "x", [".jpg"])

@@ -7,6 +7,8 @@ with its bootstrap band, and ``y = x`` is dashed for reference.
 """
 from __future__ import annotations
 
+import sys
+
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -276,6 +278,66 @@ def save_figure_formats(fig: Figure, stem: str | Path, formats: Iterable[str] = 
         paths.append(path)
     plt.close(fig)
     return paths
+
+
+def _save_pickled(blob: bytes, stem: str, formats: list[str]) -> list[str]:
+    """Worker side of :class:`FigureWriter`: unpickle a figure and save it in every format."""
+    import pickle  # deferred: only the worker process unpickles figures
+
+    return [str(p) for p in save_figure_formats(pickle.loads(blob), stem, formats)]  # noqa: S301 - our own figure
+
+
+class FigureWriter:
+    """Saves static figures in a background process while the caller goes on building the page.
+
+    Rendering PNG, SVG and PDF of every figure was most of the HTML report's time (each format
+    draws the figure twice for ``bbox_inches="tight"``); a figure is picklable, so one worker
+    process renders while the main process computes the next section. :meth:`save` returns the
+    paths at once; :meth:`wait` (called before the report returns) re-raises any worker error.
+    The worker is forked (on Linux; elsewhere figures are saved inline): a spawned worker would
+    re-import the caller's script, which then needs an ``if __name__ == "__main__"`` guard, and
+    the worker only runs matplotlib (never torch or its OpenMP pool, which do not survive a fork).
+    A figure that cannot be pickled is saved inline. ``workers=0`` saves everything inline.
+    """
+
+    def __init__(self, workers: int = 1) -> None:
+        self.workers = workers if sys.platform.startswith("linux") else 0
+        self._pool = None
+        self._pending: list = []
+
+    def save(self, fig: Figure, stem: str | Path, formats: Iterable[str] = FORMATS) -> list[Path]:
+        import pickle  # deferred: only used when figures are written in the background
+
+        stem, formats = Path(stem), [f.lower() for f in formats]
+        bad = [f for f in formats if f not in FORMATS]
+        if bad:
+            raise ConfigError(f"unknown figure format {bad[0]!r}; use .png, .svg or .pdf")
+        if self.workers < 1:
+            return save_figure_formats(fig, stem, formats)
+        try:
+            blob = pickle.dumps(fig)
+        except Exception:  # noqa: BLE001 - an unpicklable artist: save it here instead
+            return save_figure_formats(fig, stem, formats)
+        plt.close(fig)
+        stem.parent.mkdir(parents=True, exist_ok=True)
+        if self._pool is None:
+            import multiprocessing as mp  # deferred: only when figures are written in the background
+            from concurrent.futures import ProcessPoolExecutor  # deferred: as above
+
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("fork"))
+        self._pending.append(self._pool.submit(_save_pickled, blob, str(stem), formats))
+        return [stem.with_name(stem.name + ext) for ext in formats]
+
+    def wait(self) -> None:
+        """Block until every figure is written; the first worker error is raised here."""
+        try:
+            for fut in self._pending:
+                fut.result()
+        finally:
+            self._pending.clear()
+            if self._pool is not None:
+                self._pool.shutdown(wait=True, cancel_futures=True)
+                self._pool = None
 
 
 def _type_legend_scatter(ax: Axes, frame, xcol: str, ycol: str) -> None:

@@ -257,8 +257,11 @@ def write_html_report(
                         scale=scale,
                         n_resamples=n_resamples, seed=seed, figure_formats=tuple(figure_formats), on_step=on_step,
                         highlight=marked)
-    _analyse(ctx, testbeds, shifts)
-    document = _document(title, _body(ctx, title))
+    try:
+        _analyse(ctx, testbeds, shifts)
+        document = _document(title, _body(ctx, title))
+    finally:
+        ctx.figures.wait()   # every static figure written (or its error raised) before the page
     path = out / "index.html"
     tmp = path.with_name(f".index.html.{os.getpid()}.tmp")
     tmp.write_text(document, encoding="utf-8")

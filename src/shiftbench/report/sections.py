@@ -42,12 +42,12 @@ from shiftbench.analysis.synthetic import (
 )
 from shiftbench.errors import ConfigError, ShiftbenchError
 from shiftbench.report.figures import (
+    FigureWriter,
     FORMATS,
     plot_calibration,
     plot_corruption_correlation,
     plot_synthetic_vs_natural,
     plot_trend,
-    save_figure_formats,
 )
 from shiftbench.report.interactive import calibration_figure, correlation_bars, synthetic_figure, trend_figure
 from shiftbench.report.shifts import ShiftAnalysis, fits_table
@@ -125,6 +125,8 @@ class ReportContext:
     on_step: Callable[[str], None] | None = None
     #: Models to highlight in every scatter and to place first, in the "Your models" section.
     highlight: tuple[str, ...] = ()
+    #: writes the static figures (in a background process; ``FigureWriter(0)``: inline)
+    figures: FigureWriter = field(default_factory=FigureWriter)
     _ids: itertools.count = field(default_factory=itertools.count)
     _anchors: set[str] = field(default_factory=set)
     steps: int = 0
@@ -164,7 +166,7 @@ class ReportContext:
 
             plt.close(fig)
             return ""
-        paths = save_figure_formats(fig, stem, self.figure_formats)
+        paths = self.figures.save(fig, stem, self.figure_formats)
         return f'<p class="sb-files">Figure: {" · ".join(self.link(p) for p in paths)}</p>'
 
     def table(self, frame: pd.DataFrame, stem: Path, caption: str, what: str = "Table") -> str:
