@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -181,6 +182,57 @@ def _anchor_rows(pred: pd.DataFrame, k: int, st: Store, row: tuple, setting: str
                          "correct": np.concatenate([right, np.zeros(len(dropped), dtype=bool)])})
 
 
+class _IdAligner:
+    """Aligns each model's per-example rows on the first model's example ids: an example is kept
+    when every model has a scored row for it; ``n_skipped`` counts examples skipped (not
+    decodable) for some model, ``n_unshared`` those missing from some model's example list."""
+
+    def __init__(self, st: Store, setting: str) -> None:
+        self.st, self.setting = st, setting
+        self.ref: pd.Index | None = None
+        self.ref_ids = np.zeros(0, dtype=object)
+        self.present = self.bad = np.zeros(0, dtype=bool)
+        self.extra: set[str] = set()
+        self.extra_bad: set[str] = set()
+
+    def add(self, ids: np.ndarray, ok: np.ndarray, row: Any) -> tuple[np.ndarray, np.ndarray]:
+        """One model's ids and scored flags; returns each row's position in the reference and
+        whether it has one."""
+        if self.ref is None:                              # the first model's examples are the reference
+            _check_unique(ids, self.st, row, self.setting)
+            self.ref, self.ref_ids = pd.Index(ids), ids
+            self.present, self.bad = np.ones(len(ids), dtype=bool), np.zeros(len(ids), dtype=bool)
+        if len(ids) == len(self.ref_ids) and (ids == self.ref_ids).all():
+            pos = np.arange(len(ids))                     # the usual case: the same example list
+        else:
+            _check_unique(ids, self.st, row, self.setting)
+            pos = self.ref.get_indexer(ids)
+        inside = pos >= 0
+        seen = np.zeros(len(self.ref), dtype=bool)
+        seen[pos[inside]] = True
+        self.present &= seen
+        self.bad[pos[inside & ~ok]] = True
+        self.extra.update(ids[~inside])
+        self.extra_bad.update(ids[~inside & ~ok])
+        return pos, inside
+
+    def kept(self, n_models: int) -> np.ndarray:
+        """The reference examples every model scored (an error when there are none)."""
+        kept = self.present & ~self.bad
+        if not kept.any():
+            raise DataError(f"{self.st.root}: the {n_models} models on {self.setting!r} share no scored example; "
+                            "evaluate them on the same dataset")
+        return kept
+
+    @property
+    def n_skipped(self) -> int:
+        return int(self.bad.sum()) + len(self.extra_bad)
+
+    @property
+    def n_unshared(self) -> int:
+        return int((~self.present & ~self.bad).sum()) + len(self.extra - self.extra_bad)
+
+
 def correctness_matrix(store: Store | str | Path, setting: str, models: Iterable[str] | None = None, *,
                        convention: str = "restricted") -> CorrectnessMatrix:
     """The correctness matrix of ``setting`` from the per-example predictions in a results store.
@@ -211,12 +263,8 @@ def correctness_matrix(store: Store | str | Path, setting: str, models: Iterable
             if m not in have:
                 raise ConfigError(did_you_mean("model", m, have, f"models with predictions on {setting!r}"))
         here = here.set_index("model").loc[wanted].reset_index()
-    ref: pd.Index | None = None
-    ref_ids = np.zeros(0, dtype=object)
+    align = _IdAligner(st, setting)
     rows: list[np.ndarray] = []
-    present = bad = np.zeros(0, dtype=bool)
-    extra: set[str] = set()
-    extra_bad: set[str] = set()
     k = _pm_k_of(setting)
     for row in here.itertuples(index=False):
         pred = st.read_predictions(row.key, columns=["id", "status", "correct", "group", "offset"])
@@ -227,37 +275,16 @@ def correctness_matrix(store: Store | str | Path, setting: str, models: Iterable
             pred = _anchor_rows(pred, k, st, row, setting)
         ids = pred["id"].astype(str).to_numpy(dtype=object)
         ok = (pred["status"] == "ok").to_numpy()
-        if ref is None:                                   # the first model's examples are the reference
-            _check_unique(ids, st, row, setting)
-            ref, ref_ids = pd.Index(ids), ids
-            present, bad = np.ones(len(ref), dtype=bool), np.zeros(len(ref), dtype=bool)
-        if len(ids) == len(ref_ids) and (ids == ref_ids).all():
-            pos = np.arange(len(ids))                     # the usual case: the same example list
-        else:
-            _check_unique(ids, st, row, setting)
-            pos = ref.get_indexer(ids)
-        inside = pos >= 0
-        seen = np.zeros(len(ref), dtype=bool)
-        seen[pos[inside]] = True
-        present &= seen
-        bad[pos[inside & ~ok]] = True
-        extra.update(ids[~inside])
-        extra_bad.update(ids[~inside & ~ok])
-        vec = np.zeros(len(ref), dtype=bool)
+        pos, inside = align.add(ids, ok, row)
+        vec = np.zeros(len(align.ref), dtype=bool)
         vec[pos[inside & ok]] = pred["correct"].to_numpy(dtype=bool)[inside & ok]
         rows.append(vec)
-    assert ref is not None
-    kept = present & ~bad
-    if not kept.any():
-        raise DataError(f"{st.root}: the {len(here)} models on {setting!r} share no scored example; "
-                        "evaluate them on the same dataset")
-    n_skipped = int(bad.sum()) + len(extra_bad)
-    n_unshared = int((~present & ~bad).sum()) + len(extra - extra_bad)
+    kept = align.kept(len(here))
     correct = np.vstack(rows)[:, kept]
     types = here["model_type"] if "model_type" in here else pd.Series([None] * len(here))
     types = [str(t) if isinstance(t, str) and t else "UNKNOWN" for t in types]
-    return CorrectnessMatrix(correct, tuple(here["model"].astype(str)), tuple(ref[kept]), setting=setting,
-                             model_types=tuple(types), n_skipped=n_skipped, n_unshared=n_unshared)
+    return CorrectnessMatrix(correct, tuple(here["model"].astype(str)), tuple(align.ref[kept]), setting=setting,
+                             model_types=tuple(types), n_skipped=align.n_skipped, n_unshared=align.n_unshared)
 
 
 # ---------------------------------------------------------------------------- predictions, for label-free estimates
@@ -307,9 +334,7 @@ def prediction_matrix(store: Store | str | Path, setting: str, models: Iterable[
     res = _latest_keys(st.results(), convention)
     here = res[res["setting"] == setting].set_index("model")
     wanted = list(dict.fromkeys(models))
-    ref: pd.Index | None = None
-    present = bad = np.zeros(0, dtype=bool)
-    n_extra_bad, extra = 0, set()
+    align = _IdAligner(st, setting)
     cols: dict[str, list[np.ndarray]] = {"pred": [], "correct": [], "confidence": [], "entropy": []}
     have = {"confidence": True, "entropy": True}
     for model in wanted:
@@ -320,42 +345,23 @@ def prediction_matrix(store: Store | str | Path, setting: str, models: Iterable[
                             f"(key {key}); rerun `shiftbench eval --force` for it")
         ids = pred["id"].astype(str).to_numpy(dtype=object)
         ok = (pred["status"] == "ok").to_numpy()
-        row = here.loc[[model]].reset_index().iloc[0]
-        if ref is None:
-            _check_unique(ids, st, row, setting)
-            ref = pd.Index(ids)
-            present, bad = np.ones(len(ref), dtype=bool), np.zeros(len(ref), dtype=bool)
-        else:
-            _check_unique(ids, st, row, setting)
-        pos = ref.get_indexer(ids)
-        inside = pos >= 0
-        seen = np.zeros(len(ref), dtype=bool)
-        seen[pos[inside]] = True
-        present &= seen
-        bad[pos[inside & ~ok]] = True
-        extra.update(ids[~inside])
-        n_extra_bad += int((~inside & ~ok).sum())
+        pos, inside = align.add(ids, ok, here.loc[[model]].reset_index().iloc[0])
         for name, fill, dtype in (("pred", -1, np.int64), ("correct", False, bool), ("confidence", np.nan, np.float64),
                                   ("entropy", np.nan, np.float64)):
-            vec = np.full(len(ref), fill, dtype=dtype)
+            vec = np.full(len(align.ref), fill, dtype=dtype)
             if name in pred.columns:
                 vec[pos[inside & ok]] = pred[name].to_numpy(dtype=dtype, na_value=fill)[inside & ok]
             else:
                 have[name] = False
             cols[name].append(vec)
-    assert ref is not None
-    kept = present & ~bad
-    if not kept.any():
-        raise DataError(f"{st.root}: the {len(wanted)} models on {setting!r} share no scored example; "
-                        "evaluate them on the same dataset")
+    kept = align.kept(len(wanted))
     mats = {k: np.vstack(v)[:, kept] for k, v in cols.items()}
     for name in ("confidence", "entropy"):
         if have[name] and np.isnan(mats[name]).any():
             have[name] = False
-    return PredictionMatrix(tuple(wanted), tuple(ref[kept]), mats["pred"], mats["correct"],
+    return PredictionMatrix(tuple(wanted), tuple(align.ref[kept]), mats["pred"], mats["correct"],
                             mats["confidence"] if have["confidence"] else None,
-                            mats["entropy"] if have["entropy"] else None, setting,
-                            int(bad.sum()) + n_extra_bad, int((~present & ~bad).sum()) + len(extra) - n_extra_bad)
+                            mats["entropy"] if have["entropy"] else None, setting, align.n_skipped, align.n_unshared)
 
 
 def label_free_inputs(store: Store | str | Path, id_setting: str, ood_setting: str,

@@ -128,10 +128,6 @@ class EvalRequest:
             for i in range(shards):
                 yield replace(self, settings=group, shard=None if shards == 1 else (i, shards))
 
-    def slice(self, model: Any, settings: Sequence[Setting]) -> EvalRequest:
-        """This request narrowed to one model and some of its settings (no re-validation needed)."""
-        return replace(self, models=(model,), settings=tuple(settings))
-
     def open_store(self) -> Store:
         return Store(self.store)
 

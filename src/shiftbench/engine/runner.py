@@ -283,10 +283,6 @@ class Pass:
         """Chunks still to compute with a forward pass (stored logits are used first)."""
         return [c for c in self.todo_chunks() if not self._from_stored_logits(c)]
 
-    def forward(self, module: Any, x: Any, idx: Any, errors: Sequence[str], expected: int) -> np.ndarray:
-        """Logits of this pass for one decoded batch: the shift (if any) on [0, 1] pixels, then the model."""
-        return self.logits(self.shifted(module, x, idx), errors, expected)
-
     def shifted(self, module: Any, x: Any, idx: Any) -> Any:
         """The batch under this pass's shift (``x`` itself for the clean pass), channels-last."""
         import torch  # deferred: loads torch
