@@ -49,6 +49,7 @@ _LAZY = {
     "replicate": "shiftbench.studies.replication", "Replication": "shiftbench.datasets.replication",
     "attribute_splits": "shiftbench.studies.attributes", "AttributeSplits": "shiftbench.datasets.attributes",
     "ClassMapView": "shiftbench.views.classmap",
+    "mean_average_precision": "shiftbench.views.multilabel", "MeanAveragePrecision": "shiftbench.views.multilabel",
     "resolution_sweep": "shiftbench.studies.resolution", "compositing_study": "shiftbench.studies.compositing",
 }
 

@@ -373,13 +373,20 @@ def eval_cmd(
 
 
 def _results_table(frame, title: str) -> None:
-    table = Table("model", "setting", "top-1 %", "top-5 %", "examples", "skipped", "convention", "Δ reference", title=title)
+    multi = "map" in frame and frame["map"].notna().any()  # multi-label settings: mAP beside top-1-in-set
+    table = Table("model", "setting", "top-1 %", "top-5 %", *(["mAP % [95% CI]"] if multi else []), "examples",
+                  "skipped", "convention", "Δ reference", title=title)
     for r in frame.to_dict("records"):
         delta = r.get("reference_delta")
-        table.add_row(str(r["model"]), str(r["setting"]), f"{r['accuracy']:.2f}", f"{r['top5']:.2f}",
+        ml = [] if not multi else ["" if r.get("map") != r.get("map") or r.get("map") is None
+                                   else f"{r['map']:.2f} [{r['map_low']:.1f}, {r['map_high']:.1f}]"]
+        table.add_row(str(r["model"]), str(r["setting"]), f"{r['accuracy']:.2f}", f"{r['top5']:.2f}", *ml,
                       f"{int(r['n_examples']):,}", str(int(r["n_skipped"])), str(r.get("convention", "")),
                       "" if delta is None or delta != delta else f"{delta:+.2f} ({r['reference']})")
     out.print(table)
+    if multi:
+        out.print("top-1 % on multi-label settings: top-1 prediction in the image's label set; mAP: mean average "
+                  "precision over the classes with positives (95% bootstrap interval over images)")
     for key, what in (("skipped_files", "images that could not be decoded"),
                       ("skipped_on_scan", "files left out when scanning the dataset")):
         listed = sorted({f for r in frame.to_dict("records") for f in (r.get(key) or [])})
@@ -408,6 +415,7 @@ def results_cmd(
     if as_json:
         cols = ["model", "setting", "accuracy", "top5", "n_examples", "n_skipped", "convention",
                 "reference", "reference_accuracy", "reference_delta"]
+        cols += [c for c in ("map", "map_low", "map_high") if c in frame and frame[c].notna().any()]
         print(json.dumps([{k: _clean(v) for k, v in r.items()} for r in frame[cols].to_dict("records")]))
         return
     _results_table(frame, title=f"{len(frame)} results in {store}")

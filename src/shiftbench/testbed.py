@@ -45,6 +45,9 @@ METADATA_COLUMNS = ("model_type", "arch", "tags")
 META_PREFIX = "meta:"
 SIZE_SUFFIX = "_dataset_size"
 ALL = "all"
+#: what a testbed built from a results store can hold in its cells (all in percent)
+STORE_METRICS = {"accuracy": "top-1 accuracy (%)", "top5": "top-5 accuracy (%)",
+                 "map": "mAP (%) (mean average precision over classes with positives)"}
 _DEFAULT_NA = ("", "NA", "N/A", "NaN", "nan", "null", "NULL", "None", "-nan", "#N/A")
 
 
@@ -105,6 +108,10 @@ class Testbed:
     added:
         Models added to a reference testbed by the user (kept by ``merge`` and ``select``).
     """
+
+    #: the number in each cell: ``accuracy`` (top-1), or another of :data:`STORE_METRICS` when
+    #: built by :meth:`from_store` with ``metric=``
+    metric: str = "accuracy"
 
     def __init__(
         self,
@@ -242,25 +249,45 @@ class Testbed:
 
     @classmethod
     def from_store(cls, store: str | Path = "shiftbench-results", *, convention: str = "restricted",
-                   name: str = "store") -> Testbed:
+                   name: str = "store", metric: str = "accuracy") -> Testbed:
         """The testbed of finished evaluations in a results store (``shiftbench eval``).
 
         One cell per (model, setting): where a setting was scored under both subset
         conventions, ``convention`` picks one; where several example lists exist (``--limit``
         runs), the one with the most examples wins. Sizes are the example counts.
+
+        ``metric`` picks the number in each cell (all in percent): ``accuracy`` (top-1, the
+        default), ``top5``, or ``map`` (mean average precision of multi-label settings,
+        :func:`shiftbench.mean_average_precision`; only the settings that have it). Trend fits and
+        effective robustness then work on that metric (for mAP: logit(OOD mAP) on logit(ID mAP),
+        the scale of the DeepFashion Remixed comparison). Sizes are left empty for ``map``:
+        Clopper-Pearson bars apply to proportions only (mAP's interval is the stored bootstrap one).
         """
         from shiftbench.store import Store  # deferred: loads pyarrow
 
+        if metric not in STORE_METRICS:
+            raise ConfigError(did_you_mean("metric", str(metric), STORE_METRICS,
+                                           f"use one of {', '.join(STORE_METRICS)}"))
         res = Store(store).results()
         if res.empty:
             raise DataError(f"{store}: no finished results; run `shiftbench eval` first")
         res = res[res["convention"].isin([convention, "full"])]
+        if metric not in res or res[metric].isna().all():
+            raise DataError(f"{store}: no finished result has {STORE_METRICS[metric]}; "
+                            + ("evaluate a multi-label manifest (a 'labels' column) first" if metric == "map"
+                               else "evaluate first"))
+        res = res[res[metric].notna()]
         res = res.sort_values(["n_examples", "finished"]).drop_duplicates(["model", "setting"], keep="last")
-        acc = res.pivot(index="model", columns="setting", values="accuracy")
+        acc = res.pivot(index="model", columns="setting", values=metric).astype(float)
         sizes = res.pivot(index="model", columns="setting", values="n_examples").astype(float)
+        if metric == "map":
+            sizes[:] = np.nan
         meta_cols = [c for c in ("model_type", "arch", "tags", "spec") if c in res]
         meta = res.drop_duplicates("model", keep="last").set_index("model")[meta_cols]
-        return cls(acc, sizes, meta, name=name, source=str(store))
+        notes = [] if metric == "accuracy" else [f"values are {STORE_METRICS[metric]}, not top-1 accuracy"]
+        tb = cls(acc, sizes, meta, name=name, source=str(store), notes=notes)
+        tb.metric = metric
+        return tb
 
     def to_frame(self) -> pd.DataFrame:
         """The wide form: ``model``, metadata, settings, then ``<setting>_dataset_size``."""

@@ -149,6 +149,11 @@ class ImageDataset:
     offsets: list[int] | None = None
     root: Path | None = None
     skipped_on_scan: list[tuple[str, str]] = field(default_factory=list)
+    #: targets are label *sets* (tuples): the runner also stores every class's score per
+    #: example, so mAP (:func:`shiftbench.mean_average_precision`) is computed after the fact
+    multi_label: bool = False
+    #: sentences about how the data was read (printed by ``shiftbench eval``, kept in each result)
+    notes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if len(self.ids) != len(self.targets):

@@ -80,9 +80,8 @@ TORCHVISION_RENAMES = {134: "crane bird", 639: "maillot tank suit"}
 @dataclass
 class FolderDataset(FileDataset):
     """A class-folder dataset; ``notes`` say how its sub-folders were read (printed and stored
-    beside every result, e.g. that they are ImageNet classes scored on the 1,000-way logits)."""
-
-    notes: tuple[str, ...] = ()
+    beside every result, e.g. that they are ImageNet classes scored on the 1,000-way logits;
+    ``notes`` is a field of every dataset)."""
 
 
 @lru_cache(maxsize=None)
@@ -243,7 +242,7 @@ def image_folder(root: Path | str, name: str | None = None, classes: list[str] |
 
 
 def _with_notes(ds: FileDataset, notes: tuple[str, ...]) -> FolderDataset:
-    return FolderDataset(**{f.name: getattr(ds, f.name) for f in fields(ds)}, notes=notes)
+    return FolderDataset(**{**{f.name: getattr(ds, f.name) for f in fields(ds)}, "notes": notes})
 
 
 # --------------------------------------------------------------------------- ImageNet val

@@ -1,5 +1,10 @@
 """A CSV or Parquet manifest: one row per image with columns ``path,label[,group]``.
 
+Multi-label data (several objects per image, as in DeepFashion Remixed) uses the column
+``labels`` instead of ``label``: ``;``-separated labels per row (``3;7``, ``skirt;top``), an
+empty cell for an image with no labels. Its targets are label sets, and the engine stores every
+class's score per example so mAP is computed from the store (:mod:`shiftbench.views.multilabel`).
+
 A manifest may declare its label space -- ``classes=`` or a sidecar ``<manifest>.classes.txt``
 (one class name per line) / ``<manifest>.classes.json`` (``{"classes": [...]}`` or
 ``{"label_space": "imagenet-1k"}``) -- so that a subset of a known label space (an
@@ -32,7 +37,7 @@ def _read_table(path: Path) -> pd.DataFrame:
         raise DataError(f"manifest {path} does not exist (expected a .csv or .parquet file with columns path,label[,group])")
     try:
         if suffix == ".csv":
-            return pd.read_csv(path, dtype={"path": str, "group": str}, keep_default_na=False, na_values=[""])
+            return pd.read_csv(path, dtype={"path": str, "group": str, "labels": str}, keep_default_na=False, na_values=[""])
         if suffix in (".parquet", ".pq"):
             return pd.read_parquet(path)
     except Exception as exc:  # noqa: BLE001 - any unreadable table is one DataError
@@ -224,7 +229,7 @@ def _declared(path: Path, classes: Classes | None) -> LabelSpace | None:
 def check_table(df: pd.DataFrame, where: str, expected: str = "path,label[,group]") -> None:
     """Raise a one-line :class:`DataError` naming ``where`` if ``df`` lacks ``path`` or ``label``
     (listing its columns and the ``expected`` ones) or has no rows."""
-    missing = [c for c in ("path", "label") if c not in df.columns]
+    missing = [c for c in ("path", "label") if c not in df.columns and not (c == "label" and "labels" in df.columns)]
     if missing:
         raise DataError(f"{where}: no column {missing[0]!r} (columns: {', '.join(map(str, df.columns))}; "
                         f"expected {expected})")
@@ -313,13 +318,72 @@ def manifest(path: Path | str, root: Path | str | None = None, name: str | None 
         ids.append(id_)
         paths.append(Path(real))
 
-    targets, names, k = _labels(df["label"], where, row_word, first_row, space)
+    notes: tuple[str, ...] = ()
+    multi = "labels" in df.columns and "label" not in df.columns
+    if multi:
+        targets, names, k, notes = _label_sets(df["labels"], where, row_word, first_row, space, ids)
+    else:
+        targets, names, k = _labels(df["label"], where, row_word, first_row, space)
     groups = None
     if "group" in df.columns:
         groups = ["" if g is None or (isinstance(g, float) and pd.isna(g)) else str(g) for g in df["group"].tolist()]
     space_name = (space.name if space is not None else None) or label_space or f"custom:{name}"
     return FileDataset(name=name, ids=ids, targets=targets, label_space=space_name,
-                       num_classes=k, class_names=names, groups=groups, root=root, paths=paths)
+                       num_classes=k, class_names=names, groups=groups, root=root, paths=paths,
+                       multi_label=multi, notes=notes)
+
+
+def _listed(items: Sequence[str], n: int = 5) -> str:
+    return ", ".join(items[:n]) + (f", ... ({len(items) - n} more)" if len(items) > n else "")
+
+
+def _label_sets(col: pd.Series, where: str, row_word: str, first_row: int, space: LabelSpace | None,
+                ids: Sequence[str]) -> tuple[list[tuple[int, ...]], list[str] | None, int, tuple[str, ...]]:
+    """(label sets, class names, number of classes, notes) of a multi-label ``labels`` column:
+    ``;``-separated labels per row; an empty cell is an example with no labels. A label outside
+    the declared classes is dropped from its row and named in a note (never a crash)."""
+    rows: list[list[str]] = []
+    for v in col.tolist():
+        empty = v is None or (isinstance(v, float) and pd.isna(v))
+        rows.append([] if empty else [p.strip() for p in str(v).split(";") if p.strip()])
+    notes: list[str] = []
+    if space is not None:
+        index: dict[str, int | None] = {}
+        unknown: list[str] = []
+        sets = []
+        for r, labels in enumerate(rows):
+            kept = set()
+            for lab in labels:
+                if lab not in index:
+                    try:
+                        index[lab] = space.index(int(lab) if lab.isdigit() else lab)
+                    except DataError:
+                        index[lab] = None
+                if index[lab] is None:
+                    unknown.append(f"{row_word} {r + first_row} {lab!r}")
+                else:
+                    kept.add(index[lab])
+            sets.append(tuple(sorted(kept)))
+        if unknown:
+            notes.append(f"{where}: {len(unknown)} label(s) outside the {len(space.classes)} declared classes "
+                         f"were dropped: {_listed(unknown)}")
+        names, k = list(space.classes), len(space.classes)
+    elif all(lab.isdigit() for labels in rows for lab in labels):
+        sets = [tuple(sorted({int(lab) for lab in labels})) for labels in rows]
+        k = max((max(s) for s in sets if s), default=-1) + 1
+        if k == 0:
+            raise DataError(f"{where}: every labels cell is empty; give each image its ';'-separated labels")
+        names = None
+    else:
+        names = sorted({lab for labels in rows for lab in labels})
+        lookup = {n: i for i, n in enumerate(names)}
+        sets = [tuple(sorted({lookup[lab] for lab in labels})) for labels in rows]
+        k = len(names)
+    none = [ids[i] for i, s in enumerate(sets) if not s]
+    if none:
+        notes.append(f"{where}: {len(none)} image(s) have no labels (negatives for every class in mAP, "
+                     f"left out of top-1-in-set accuracy): {_listed(none)}")
+    return sets, names, k, tuple(notes)
 
 
 def _labels(col: pd.Series, where: str, row_word: str, first_row: int,

@@ -41,8 +41,11 @@ from shiftbench.shifts import get_shift
 from shiftbench.store.store import DEFAULT_STORE, Store, digest
 from shiftbench.version import __version__
 from shiftbench.views import calibration, pm_k
+from shiftbench.views.multilabel import mean_average_precision
 
 VERSION_KEY = ".".join(__version__.split(".")[:2])
+#: bootstrap resamples (over examples) behind a stored mAP's 95% interval
+MAP_BOOTSTRAP = 1000
 RESULT_KEYS = ["model", "setting", "accuracy", "top5", "n_examples", "n_skipped"]
 ProgressFn = Callable[[str, int, int], None]
 
@@ -133,10 +136,14 @@ def _score(job: _Job, dataset: ImageDataset, idx: np.ndarray, logits: np.ndarray
     ok = np.array([not e for e in errors], dtype=bool)
     n = len(idx)
     cols = {name: np.full((n, 5) if name == "top5" else n, fill, dtype) for name, (dtype, fill) in SCORE_COLUMNS.items()}
+    if dataset.multi_label:  # every class's score, for mAP after the fact (float32: AP ranks them)
+        cols["scores"] = np.full((n, logits.shape[1]), np.nan, np.float32)
     if ok.any():
         out = job.view.apply(logits[ok], [dataset.targets[i] for i, o in zip(idx, ok) if o])
-        for name in cols:
+        for name in SCORE_COLUMNS:
             cols[name][ok] = np.asarray(out[name])
+        if dataset.multi_label:
+            cols["scores"][ok] = logits[ok]
     return _Scored(idx, errors, cols)
 
 
@@ -160,7 +167,29 @@ def _part_table(dataset: ImageDataset, parts: Sequence[_Scored]) -> pa.Table:
         "correct": pa.array(cols["correct"]), "correct5": pa.array(cols["correct5"]),
         "confidence": pa.array(cols["confidence"]), "p_true": pa.array(cols["p_true"]),
         "p_sq_sum": pa.array(cols["p_sq_sum"]), "entropy": pa.array(cols["entropy"]),
+        **({"scores": _matrix_column(np.concatenate([p.cols["scores"] for p in parts]))}
+           if dataset.multi_label else {}),
     })
+
+
+def _matrix_column(m: np.ndarray) -> pa.Array:
+    return pa.FixedSizeListArray.from_arrays(pa.array(m.ravel(), pa.float32()), m.shape[1])
+
+
+def multilabel_summary(frame: pd.DataFrame, dataset: ImageDataset) -> dict[str, Any]:
+    """mAP (with its bootstrap interval over examples), AP per class and the counts behind them,
+    from a multi-label key's stored ``scores`` (:func:`~shiftbench.views.multilabel.mean_average_precision`)."""
+    ok = frame[frame["status"] == "ok"]
+    if ok.empty:
+        return {"map": float("nan")}
+    scores = np.stack(ok["scores"].to_numpy())
+    targets = [tuple(int(v) for v in t) for t in ok["target"]]
+    r = mean_average_precision(scores, targets, class_names=dataset.class_names, n_boot=MAP_BOOTSTRAP, seed=0)
+    no_labels = ok.loc[[not t for t in targets], "id"].tolist()
+    return {"map": r.map, "map_low": r.low, "map_high": r.high,
+            "ap_per_class": {r.name(c): ap for c, ap in r.per_class.items()},
+            "classes_without_positives": [r.name(c) for c in r.classes_without_positives],
+            "n_no_labels": r.n_no_labels, "no_label_examples": no_labels[:100], "map_bootstrap": r.n_boot}
 
 
 def summarise(frame: pd.DataFrame, setting: Setting) -> dict[str, Any]:
@@ -185,6 +214,8 @@ def summarise(frame: pd.DataFrame, setting: Setting) -> dict[str, Any]:
         out.update(accuracy=float(acc), top5=float(top5), n_examples=int(n_anchors), n_frames=int(len(scored)),
                    n_sets_dropped=int(n_sets - n_anchors))
     else:
+        if "scores" in ok:  # multi-label: top-1-in-set accuracy over the images that have labels
+            ok = ok[[len(t) > 0 for t in ok["target"]]]
         n = len(ok)
         out.update(accuracy=float(100 * ok["correct"].mean()) if n else float("nan"),
                    top5=float(100 * ok["correct5"].mean()) if n else float("nan"), n_examples=int(n))
@@ -210,7 +241,8 @@ class Pass:
             "model": model.name, "weights": model.fingerprint, "preprocessing": model.preprocessing.to_dict(),
             "dataset": dataset.name, "examples": digest(dataset.ids), "n": len(dataset),
             "shift": None if shift is None else shift.id, "seed": None if shift is None or not shift.random else seed,
-            "chunk_size": chunk_size, "version": VERSION_KEY})
+            "chunk_size": chunk_size, "version": VERSION_KEY,
+            **({"multi_label": True} if dataset.multi_label else {})})
         self.jobs: list[_Job] = []
         # labels are part of a result's key (not of the pass: kept logits do not depend on them), so
         # relabelling a manifest or changing its label space recomputes the scores, never reuses stale ones
@@ -331,6 +363,8 @@ class Pass:
                     continue
                 frame = self.store.read_predictions(job.key)
                 summary = summarise(frame, job.setting)
+                if self.dataset.multi_label:
+                    summary.update(multilabel_summary(frame, self.dataset), accuracy_rule="top-1-in-set")
                 scan = list(getattr(self.dataset, "skipped_on_scan", []) or [])
                 summary.update(n_skipped_on_scan=len(scan), skipped_on_scan=[f"{i}: {why}" for i, why in scan[:100]])
                 summary.update(shift=None if self.shift is None else self.shift.id, seed=self.seed)

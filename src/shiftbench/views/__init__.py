@@ -20,6 +20,7 @@ from shiftbench.views.imagenet import (
 )
 from shiftbench.views.mapped import MappedView
 from shiftbench.views.metrics import calibration, top1, top5
+from shiftbench.views.multilabel import MeanAveragePrecision, mean_average_precision
 from shiftbench.views.pmk import pm_k, pm_k_anchors
 from shiftbench.views.subset import SubsetView
 from shiftbench.views.superclass import SuperclassView
@@ -28,6 +29,6 @@ __all__ = [
     "View", "Target", "COLUMNS", "CONVENTIONS", "check_convention",
     "FullView", "SubsetView", "MappedView", "SuperclassView", "ClassMapView", "ClassMapSpec",
     "read_class_map", "resolve_class_map",
-    "pm_k", "pm_k_anchors", "calibration", "top1", "top5",
+    "pm_k", "pm_k_anchors", "calibration", "top1", "top5", "mean_average_precision", "MeanAveragePrecision",
     "imagenet_a_view", "imagenet_r_view", "objectnet_view", "objectnet_imagenet_ids", "video_view",
 ]
