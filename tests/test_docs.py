@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.parametrize("module", ["shiftbench", "shiftbench.testbed", "shiftbench.analysis.trend",
                                     "shiftbench.analysis.similarity", "shiftbench.analysis.informativeness",
                                     "shiftbench.analysis.diagnostics", "shiftbench.analysis.trajectory",
-                                    "shiftbench.views.classmap"])
+                                    "shiftbench.views.classmap", "shiftbench.views.multilabel",
+                                    "shiftbench.analysis.hypotheses"])
 def test_docstring_examples_run(module):
     result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0

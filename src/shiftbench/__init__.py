@@ -13,6 +13,7 @@ import importlib
 from shiftbench.analysis import (
     Band,
     Correlation,
+    MultiTrendFit,
     PiecewiseTrendFit,
     TrendFit,
     accuracy_interval,
@@ -49,6 +50,8 @@ _LAZY = {
     "replicate": "shiftbench.studies.replication", "Replication": "shiftbench.datasets.replication",
     "attribute_splits": "shiftbench.studies.attributes", "AttributeSplits": "shiftbench.datasets.attributes",
     "ClassMapView": "shiftbench.views.classmap",
+    "hypotheses_table": "shiftbench.analysis.hypotheses", "HypothesesTable": "shiftbench.analysis.hypotheses",
+    "load_groups": "shiftbench.analysis.hypotheses",
     "mean_average_precision": "shiftbench.views.multilabel", "MeanAveragePrecision": "shiftbench.views.multilabel",
     "resolution_sweep": "shiftbench.studies.resolution", "compositing_study": "shiftbench.studies.compositing",
 }
@@ -63,7 +66,7 @@ def __getattr__(name: str):
 
 __all__ = [
     "Testbed", "load_testbed", "list_testbeds",
-    "fit_trend", "fit_piecewise_trend", "bootstrap_band", "TrendFit", "PiecewiseTrendFit", "Band",
+    "fit_trend", "fit_piecewise_trend", "bootstrap_band", "TrendFit", "PiecewiseTrendFit", "MultiTrendFit", "Band",
     "clopper_pearson", "accuracy_interval",
     "effective_robustness", "relative_robustness", "most_effectively_robust",
     "robustness_correlation", "Correlation",

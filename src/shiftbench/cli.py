@@ -166,18 +166,27 @@ def list_models(pattern: PatternArg = None, testbed: ListTestbedOpt = None,
 
 # ---------------------------------------------------------------------------- analysis
 @app.command("fit")
-def fit_cmd(x: XOpt, y: YOpt, testbed: TestbedOpt = None, store: StoreAddOpt = None, scale: ScaleOpt = "logit",
+def fit_cmd(x: Annotated[list[str], typer.Option(
+                "--x", help="In-distribution setting (x axis), e.g. val; repeat for a plane over several ID test sets "
+                "(Shi et al. 2023).")],
+            y: YOpt, testbed: TestbedOpt = None, store: StoreAddOpt = None, scale: ScaleOpt = "logit",
             fit_on: FitOnOpt = None, pivot: PivotOpt = None, as_json: JsonOpt = False) -> None:
-    """Fit the trend of y on x over the chosen models (default: STANDARD)."""
+    """Fit the trend of y on x over the chosen models (default: STANDARD); with several --x, the plane
+    logit(y) = sum_k a_k logit(x_k) + b."""
     tb = _testbed(testbed, store)
-    fit = _fit(tb, x, y, scale, _fit_on(fit_on), _pivot(pivot))
+    fit = _fit(tb, x[0] if len(x) == 1 else x, y, scale, _fit_on(fit_on), _pivot(pivot))
     _fit_used(tb, fit)
     d = fit.to_dict()
     if as_json:
         print(json.dumps({k: _clean(v) for k, v in d.items()}))
         return
-    table = Table(title=f"{tb.name}: {y} vs {x} ({scale})", show_header=False)
-    for key in ("slope", "slope_se", "intercept", "intercept_se", "r2", "n_models", "n_skipped"):
+    table = Table(title=f"{tb.name}: {y} vs {' + '.join(x)} ({scale})", show_header=False)
+    if fit.kind == "multi":
+        for name, a in d["coefficients"].items():
+            table.add_row(f"coef[{name}]", f"{a:.4f}")
+            table.add_row(f"coef_se[{name}]", f"{d['coefficient_se'][name]:.4f}")
+    keys = ("intercept", "intercept_se") if fit.kind == "multi" else ("slope", "slope_se", "intercept", "intercept_se")
+    for key in (*keys, "r2", "n_models", "n_skipped"):
         v = d[key]
         table.add_row(key, f"{v:.4f}" if isinstance(v, float) else str(v))
     if fit.kind == "piecewise":
@@ -188,31 +197,39 @@ def fit_cmd(x: XOpt, y: YOpt, testbed: TestbedOpt = None, store: StoreAddOpt = N
 
 
 @app.command("effective-robustness")
-def er_cmd(x: XOpt, y: YOpt, testbed: TestbedOpt = None, store: StoreAddOpt = None, scale: ScaleOpt = "logit",
+def er_cmd(x: Annotated[list[str], typer.Option(
+               "--x", help="In-distribution setting (x axis), e.g. val; repeat to measure against the plane over "
+               "several ID test sets (Shi et al. 2023).")],
+           y: YOpt, testbed: TestbedOpt = None, store: StoreAddOpt = None, scale: ScaleOpt = "logit",
            fit_on: FitOnOpt = None, pivot: PivotOpt = None,
            top: Annotated[Optional[int], typer.Option("--top", help="Only the N most effectively robust models.")] = None,
            as_json: JsonOpt = False) -> None:
-    """Effective robustness (percentage points) of every model: y minus the trend's prediction."""
+    """Effective robustness (percentage points) of every model: y minus the trend's prediction (with several
+    --x, minus the plane's)."""
 
     tb = _testbed(testbed, store)
-    fit = _fit(tb, x, y, scale, _fit_on(fit_on), _pivot(pivot))
+    xs = x[0] if len(x) == 1 else x
+    fit = _fit(tb, xs, y, scale, _fit_on(fit_on), _pivot(pivot))
     _fit_used(tb, fit)
-    er = effective_robustness(x, y, testbed=tb, fit=fit)
+    er = effective_robustness(xs, y, testbed=tb, fit=fit)
     er = most_effectively_robust(er, top) if top is not None else er.sort_values("effective_robustness", ascending=False)
-    rows = er.reset_index()[["model", "model_type", "x_acc", "y_acc", "predicted_y_acc", "effective_robustness",
+    x_cols = ["x_acc"] if len(x) == 1 else [f"x_acc:{s}" for s in x]
+    rows = er.reset_index()[["model", "model_type", *x_cols, "y_acc", "predicted_y_acc", "effective_robustness",
                              "er_low", "er_high"]]
     if as_json:
         print(json.dumps([{k: _clean(v) for k, v in r.items()} for r in rows.to_dict("records")]))
         return
-    table = Table("model", "type", f"{x} %", f"{y} %", "predicted %", "eff. robustness (pp)", "95% interval",
-                  title=f"{tb.name}: {y} vs {x} ({scale}; fit on {', '.join(fit.fit_on)}, {fit.n_models} models)")
-    for r in rows.itertuples(index=False):
-        table.add_row(r.model, r.model_type, f"{r.x_acc:.2f}", f"{r.y_acc:.2f}", f"{r.predicted_y_acc:.2f}",
-                      f"{r.effective_robustness:+.2f}", f"[{r.er_low:+.2f}, {r.er_high:+.2f}]")
+    title = f"{tb.name}: {y} vs {' + '.join(x)} ({scale}; fit on {', '.join(fit.fit_on)}, {fit.n_models} models)"
+    table = Table("model", "type", *(f"{s} %" for s in x), f"{y} %", "predicted %", "eff. robustness (pp)",
+                  "95% interval", title=title)
+    for r in rows.to_dict("records"):
+        table.add_row(r["model"], r["model_type"], *(f"{r[c]:.2f}" for c in x_cols), f"{r['y_acc']:.2f}",
+                      f"{r['predicted_y_acc']:.2f}", f"{r['effective_robustness']:+.2f}",
+                      f"[{r['er_low']:+.2f}, {r['er_high']:+.2f}]")
     out.print(table)
     skipped = er.attrs.get("n_skipped", 0)
     if skipped:
-        out.print(f"{skipped} models skipped: no accuracy on both settings.")
+        out.print(f"{skipped} models skipped: no accuracy on " + ("both settings." if len(x) == 1 else "all settings."))
 
 
 @app.command("place")

@@ -33,10 +33,12 @@ from shiftbench.analysis.synthetic import (
 )
 from shiftbench.analysis.trend import (
                                           Band,
+                                          MultiTrendFit,
                                           PiecewiseTrendFit,
                                           TrendFit,
                                           bootstrap_band,
                                           bootstrap_coefficients,
+                                          bootstrap_interval,
                                           fit_piecewise_trend,
                                           fit_trend,
 )
@@ -44,7 +46,7 @@ from shiftbench.analysis.trend import (
 __all__ = [
     "SCALES", "transform", "inverse", "clopper_pearson", "accuracy_interval",
     "TrendFit", "PiecewiseTrendFit", "Band", "fit_trend", "fit_piecewise_trend",
-    "bootstrap_band", "bootstrap_coefficients",
+    "bootstrap_band", "bootstrap_coefficients", "MultiTrendFit", "bootstrap_interval",
     "effective_robustness", "relative_robustness", "most_effectively_robust",
     "Correlation", "robustness_correlation", "mce", "corruption_accuracy",
     "corruption_settings", "complete_severities", "synthetic_effective_robustness", "corruption_correlations",

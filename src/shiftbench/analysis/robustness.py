@@ -10,17 +10,33 @@ The interval of ``rho`` combines the two sources of uncertainty conservatively: 
 Clopper-Pearson interval ``[y_lo, y_hi]`` of the model's shifted accuracy and the bootstrap band
 ``[b_lo, b_hi]`` of the trend at its in-distribution accuracy,
 ``rho in [y_lo - b_hi, y_hi - b_lo]``.
+
+Against K >= 2 in-distribution test sets (Shi et al. 2023, NeurIPS: one per training
+distribution, e.g. ImageNet and the test set of CLIP's own data), ``beta`` is the plane
+``t^-1(sum_k a_k t(acc_x_k) + b)`` of a :class:`~shiftbench.analysis.trend.MultiTrendFit`, and
+``[b_lo, b_hi]`` the percentile bootstrap interval of the plane at the model's point
+(:func:`~shiftbench.analysis.trend.bootstrap_interval`): a band along one axis does not exist there.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
 from shiftbench.analysis.intervals import accuracy_interval
-from shiftbench.analysis.trend import DEFAULT_FIT_ON, Band, TrendFit, bootstrap_band, check_accuracy_arrays, fit_trend
+from shiftbench.analysis.trend import (
+    DEFAULT_FIT_ON,
+    Band,
+    MultiTrendFit,
+    TrendFit,
+    bootstrap_band,
+    bootstrap_interval,
+    check_accuracy_arrays,
+    fit_trend,
+    x_settings,
+)
 from shiftbench.errors import ConfigError, DataError
 from shiftbench.testbed import Testbed
 
@@ -29,12 +45,12 @@ ER_COLUMNS = ["model_type", "x_acc", "y_acc", "predicted_y_acc", "effective_robu
 
 
 def effective_robustness(
-    x: str | ArrayLike,
+    x: str | Sequence[str] | ArrayLike,
     y: str | ArrayLike,
     scale: str = "logit",
     *,
     testbed: Testbed | None = None,
-    fit: TrendFit | None = None,
+    fit: TrendFit | MultiTrendFit | None = None,
     fit_on: str | Iterable[str] | None = DEFAULT_FIT_ON,
     models: Iterable[str] | None = None,
     confidence: float = 0.95,
@@ -48,7 +64,9 @@ def effective_robustness(
     ----------
     x, y:
         Setting names of ``testbed``, or arrays of accuracies in percent (then ``fit`` is
-        required, or the trend is fitted on all points).
+        required, or the trend is fitted on all points). ``x`` may name K >= 2 in-distribution
+        settings (or be an ``(n, K)`` array / K-column DataFrame): the trend is then the plane of
+        :func:`fit_trend` over them (Shi et al. 2023; see the module docstring).
     scale:
         Scaling of the trend fitted here; a given ``fit`` keeps its own scale.
     fit:
@@ -60,13 +78,19 @@ def effective_robustness(
     confidence, band, n_resamples, seed:
         The interval (see module docstring): Clopper-Pearson at ``confidence`` and a bootstrap
         band (given, or computed with ``n_resamples`` and ``seed``; ``n_resamples=0`` skips it).
+        With several x there is no band to give: the bootstrap runs at the models' points.
 
     Returns
     -------
     DataFrame indexed by model with columns ``model_type, x_acc, y_acc, predicted_y_acc,
-    effective_robustness, er_low, er_high, in_fit``, in the testbed's order. ``attrs`` holds
-    the fit and the number of models skipped for an empty cell.
+    effective_robustness, er_low, er_high, in_fit``, in the testbed's order. With K >= 2 x,
+    ``x_acc`` is replaced by one column ``x_acc:<setting>`` per x (``x_acc:x1``... for arrays).
+    ``attrs`` holds the fit and the number of models skipped for an empty cell.
     """
+    x, k = x_settings(x, y, testbed)
+    if k > 1 or isinstance(fit, MultiTrendFit):
+        return _multi_effective_robustness(x, y, scale, testbed=testbed, fit=fit, fit_on=fit_on, models=models,
+                                           confidence=confidence, band=band, n_resamples=n_resamples, seed=seed)
     fitted_here = fit is None
     if testbed is None:
         ax, ay = check_accuracy_arrays(x, y)
@@ -99,6 +123,67 @@ def effective_robustness(
     }, index=frame.index)
     out.index.name = "model"
     out.attrs.update(fit=fit, n_skipped=skipped, x=fit.x, y=fit.y, scale=fit.scale)
+    return out
+
+
+def _multi_effective_robustness(
+    x: object, y: str | ArrayLike, scale: str, *, testbed: Testbed | None, fit: MultiTrendFit | None,
+    fit_on: str | Iterable[str] | None, models: Iterable[str] | None, confidence: float, band: Band | None,
+    n_resamples: int, seed: int | None,
+) -> pd.DataFrame:
+    """:func:`effective_robustness` against the plane over K >= 2 in-distribution settings."""
+    if band is not None:
+        raise ConfigError("band= is a band along one x axis; with several x the interval bootstraps the plane "
+                          "at each model's point (n_resamples=, seed=)")
+    fitted_here = fit is None
+    if fit is None:
+        fit = fit_trend(x, y, scale, testbed=testbed, fit_on=fit_on)
+    elif not isinstance(fit, MultiTrendFit):
+        raise ConfigError(f"fit is a trend on one x ({fit.x!r}); pass a fit over the same x settings, or none")
+    if testbed is None:
+        if isinstance(x, str):
+            raise ConfigError(f"x={x!r} is a setting name: pass testbed=... as well")
+        labels = tuple(map(str, x.columns)) if isinstance(x, pd.DataFrame) else fit.x_labels
+        ax, ay = np.asarray(x, dtype=float), np.asarray(y, dtype=float).ravel()
+        if ax.ndim != 2 or ax.shape[0] != ay.size:
+            raise DataError(f"x has shape {ax.shape} and y {ay.size} values; give one row of x accuracies per model")
+        for j in range(ax.shape[1]):
+            check_accuracy_arrays(ax[:, j], ay)
+        ycol = "y" if "y" not in labels else "_y"
+        acc = pd.DataFrame(np.column_stack([ax, ay]), columns=[*labels, ycol])
+        acc.index = acc.index.astype(str)
+        sizes = pd.DataFrame(np.nan, index=acc.index, columns=acc.columns)
+        types = pd.Series("UNKNOWN", index=acc.index)
+    else:
+        labels = (x,) if isinstance(x, str) else tuple(x)
+        if fit.x is not None and tuple(labels) != tuple(fit.x):
+            raise ConfigError(f"fit is a plane over {', '.join(fit.x)}, not over {', '.join(labels)}; "
+                              "pass the same x settings, or no fit")
+        ycol = testbed.check_setting(str(y))
+        cols = [testbed.check_setting(s) for s in labels] + [ycol]
+        idx = testbed.models if models is None else [testbed.check_model(m) for m in models]
+        acc, sizes = testbed.accuracies.loc[idx, cols], testbed.sizes.loc[idx, cols]
+        types = testbed.model_types.loc[idx]
+    if len(labels) != fit.k:
+        raise ConfigError(f"fit is a plane over {fit.k} x settings; got {len(labels)}")
+    keep = acc.notna().all(axis=1)
+    skipped = int((~keep).sum())
+    acc, sizes, types = acc[keep], sizes[keep], types[keep]
+    ax, xn = acc[list(labels)].to_numpy(), sizes[list(labels)].to_numpy()
+    pred = fit.predict(ax, xn)
+    er = acc[ycol].to_numpy() - pred
+    y_lo, y_hi = accuracy_interval(acc[ycol], sizes[ycol], confidence)
+    y_lo = np.where(np.isfinite(y_lo), y_lo, acc[ycol])
+    y_hi = np.where(np.isfinite(y_hi), y_hi, acc[ycol])
+    b_lo, b_hi = (bootstrap_interval(fit, ax, n=xn, n_resamples=n_resamples, confidence=confidence, seed=seed)
+                  if n_resamples > 0 and len(acc) else (pred, pred))
+    out = pd.DataFrame({"model_type": types, **{f"x_acc:{s}": acc[s] for s in labels}, "y_acc": acc[ycol],
+                        "predicted_y_acc": pred, "effective_robustness": er,
+                        "er_low": y_lo - b_hi, "er_high": y_hi - b_lo,
+                        "in_fit": acc.index.isin(list(fit.models)) if (testbed is not None or fitted_here) else False},
+                       index=acc.index)
+    out.index.name = "model"
+    out.attrs.update(fit=fit, n_skipped=skipped, x=tuple(labels), y=fit.y, scale=fit.scale)
     return out
 
 
@@ -186,10 +271,18 @@ VERDICT_RULE = ("significantly above (below) the trend: inside the ID accuracy r
 def trend_verdicts(er: pd.DataFrame, confidence: float = 0.95) -> pd.Series:
     """Per model of an :func:`effective_robustness` frame: ``"above"``, ``"below"``, ``"on"`` the
     trend, or ``"outside"`` (its ID accuracy lies outside the range the line was fitted on, where
-    the line is an extrapolation), by :data:`VERDICT_RULE`."""
-    fit: TrendFit = er.attrs["fit"]
-    lo, hi = fit.prediction_interval(er["x_acc"].to_numpy(), confidence)
-    inside = (er["x_acc"] >= fit.x_range[0]) & (er["x_acc"] <= fit.x_range[1])
+    the line is an extrapolation), by :data:`VERDICT_RULE`. Against a plane over several x
+    (:class:`~shiftbench.analysis.trend.MultiTrendFit`), "inside" means inside the fitted
+    models' range on every x (a box around their points)."""
+    fit: TrendFit | MultiTrendFit = er.attrs["fit"]
+    if isinstance(fit, MultiTrendFit):
+        ax = er[[f"x_acc:{s}" for s in er.attrs["x"]]].to_numpy()
+        lo, hi = fit.prediction_interval(ax, confidence)
+        ranges = np.asarray(fit.x_ranges)
+        inside = pd.Series(((ax >= ranges[:, 0]) & (ax <= ranges[:, 1])).all(axis=1), index=er.index)
+    else:
+        lo, hi = fit.prediction_interval(er["x_acc"].to_numpy(), confidence)
+        inside = (er["x_acc"] >= fit.x_range[0]) & (er["x_acc"] <= fit.x_range[1])
     above = inside & (er["er_low"] > 0) & (er["y_acc"] > hi)
     below = inside & (er["er_high"] < 0) & (er["y_acc"] < lo)
     verdict = pd.Series("on", index=er.index, name="verdict")

@@ -12,7 +12,16 @@ Appendix):
 
     t(acc_y) = b + a_below * min(t(acc_x) - t(p), 0) + a_above * max(t(acc_x) - t(p), 0).
 
-Both are ordinary least squares on a small basis; :func:`bootstrap_band` resamples models with
+Models trained on other data (CLIP on LAION, say) are better placed against several
+in-distribution test sets, one per training distribution (Shi et al. 2023, NeurIPS): with
+K >= 2 x settings :func:`fit_trend` fits the plane
+
+    t(acc_y) = a_1 t(acc_x_1) + ... + a_K t(acc_x_K) + b
+
+(:class:`MultiTrendFit`), with OLS prediction / confidence intervals and a pointwise bootstrap
+(:func:`bootstrap_interval`) but no grid band.
+
+All are ordinary least squares on a small basis; :func:`bootstrap_band` resamples models with
 replacement and refits all resamples at once (batched normal equations), so 100,000 resamples
 take about a second.
 """
@@ -143,6 +152,140 @@ class PiecewiseTrendFit(TrendFit):
 
 
 @dataclass(frozen=True)
+class MultiTrendFit:
+    """A least-squares *plane* over K >= 2 in-distribution test sets (Shi et al. 2023):
+
+        t(acc_y) = sum_k coefficients[k] * t(acc_x_k) + intercept,      t = logit, probit or linear.
+
+    ``x`` names the K settings in order (``None`` when fitted on arrays: then
+    :attr:`x_labels` is ``x1 .. xK``). ``coefficient_se`` and ``intercept_se`` are the OLS
+    standard errors (``s^2 (X'X)^{-1}``, ``s^2 = SSR / (n - K - 1)``), ``r2`` the coefficient of
+    determination in scaled coordinates, ``x_ranges`` the fitted models' accuracy range on each x.
+
+    Available: :meth:`predict`, :meth:`prediction_interval` (a new model, OLS),
+    :meth:`confidence_interval` (where the plane is, OLS) and :func:`bootstrap_interval` (where the
+    plane is, bootstrap at given points). Not available: a bootstrap *band* (:func:`bootstrap_band`
+    draws over one x axis) and piecewise (hinge) planes.
+    """
+
+    coefficients: tuple[float, ...]
+    intercept: float
+    r2: float
+    n_models: int
+    scale: str
+    coefficient_se: tuple[float, ...]
+    intercept_se: float
+    residual_std: float
+    x: tuple[str, ...] | None = None
+    y: str | None = None
+    models: tuple[str, ...] = field(default=(), repr=False)
+    fit_on: tuple[str, ...] = ()
+    n_skipped: int = 0
+    x_ranges: tuple[tuple[float, float], ...] = ()
+    xs: np.ndarray = field(default_factory=lambda: np.empty((0, 0)), repr=False, compare=False)
+    ys: np.ndarray = field(default_factory=lambda: np.empty(0), repr=False, compare=False)
+
+    kind = "multi"
+
+    @property
+    def k(self) -> int:
+        """Number of in-distribution test sets K."""
+        return len(self.coefficients)
+
+    @property
+    def x_labels(self) -> tuple[str, ...]:
+        """The settings' names, or ``x1 .. xK`` for a fit on arrays."""
+        return self.x if self.x is not None else tuple(f"x{i + 1}" for i in range(self.k))
+
+    @property
+    def coefficient_by_x(self) -> dict[str, float]:
+        """``{x_k: a_k}``."""
+        return dict(zip(self.x_labels, self.coefficients))
+
+    @property
+    def coef(self) -> np.ndarray:
+        """``[intercept, a_1, ..., a_K]``, ordered like :meth:`basis`."""
+        return np.array([self.intercept, *self.coefficients])
+
+    def basis(self, xs: np.ndarray) -> np.ndarray:
+        """Design matrix ``[1, t(x_1), ..., t(x_K)]`` for scaled ``xs`` of shape ``(m, K)``."""
+        xs = np.asarray(xs, dtype=float)
+        return np.concatenate([np.ones((xs.shape[0], 1)), xs], axis=1)
+
+    def columns(self, acc_x: ArrayLike | pd.DataFrame) -> np.ndarray:
+        """``acc_x`` as an ``(m, K)`` float array: a DataFrame's columns named like :attr:`x`
+        (in that order) or else its K columns in order; an array ``(m, K)``, or ``(K,)`` for one model."""
+        if isinstance(acc_x, pd.DataFrame):
+            names = list(self.x_labels)
+            frame = acc_x[names] if set(names) <= set(map(str, acc_x.columns)) else acc_x
+            arr = frame.to_numpy(dtype=float)
+        else:
+            arr = np.asarray(acc_x, dtype=float)
+        arr = arr.reshape(1, -1) if arr.ndim == 1 else arr
+        if arr.ndim != 2 or arr.shape[1] != self.k:
+            raise ConfigError(f"the plane over {', '.join(self.x_labels)} needs {self.k} accuracies per model; "
+                              f"got shape {np.shape(acc_x)}; pass an (models, {self.k}) array or DataFrame")
+        return arr
+
+    def _scaled(self, acc_x: ArrayLike | pd.DataFrame, n: ArrayLike | None) -> np.ndarray:
+        arr = self.columns(acc_x)
+        nn = None if n is None else self.columns(n)
+        return np.column_stack([transform(arr[:, k], self.scale, None if nn is None else nn[:, k])
+                                for k in range(self.k)])
+
+    def predict_scaled(self, xs: ArrayLike) -> np.ndarray:
+        """Plane value in scaled coordinates at scaled ``xs`` of shape ``(m, K)``."""
+        return self.basis(xs) @ self.coef
+
+    def predict(self, acc_x: ArrayLike | pd.DataFrame, n: ArrayLike | None = None) -> np.ndarray:
+        """The plane's shifted accuracy (percent) at in-distribution accuracies ``acc_x`` (percent,
+        ``(m, K)`` array or DataFrame; ``n`` the test-set sizes, same shape, for the clip)."""
+        pred = inverse(self.predict_scaled(self._scaled(acc_x, n)), self.scale)
+        return pred if _is_table(acc_x) else pred[0]
+
+    def _interval(self, acc_x, confidence: float, n, new: float) -> tuple[np.ndarray, np.ndarray]:
+        from scipy.stats import t as student_t  # deferred: scipy.stats is slow to import
+
+        check_confidence(confidence)
+        phi = self.basis(self._scaled(acc_x, n))
+        fit_phi = self.basis(self.xs)
+        dof = max(1, fit_phi.shape[0] - fit_phi.shape[1])
+        lever = np.einsum("ij,jk,ik->i", phi, np.linalg.pinv(fit_phi.T @ fit_phi), phi)
+        half = student_t.ppf(0.5 + confidence / 2, dof) * self.residual_std * np.sqrt(new + lever)
+        centre = phi @ self.coef
+        lo, hi = inverse(centre - half, self.scale), inverse(centre + half, self.scale)
+        return (lo, hi) if _is_table(acc_x) else (lo[0], hi[0])
+
+    def prediction_interval(self, acc_x: ArrayLike | pd.DataFrame, confidence: float = 0.95,
+                            n: ArrayLike | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """OLS prediction interval (percent) of a *new* model's shifted accuracy:
+        ``t(pred) ± t_{n-K-1} s sqrt(1 + b(x)' (X'X)^-1 b(x))`` with ``b(x) = [1, t(x_1) .. t(x_K)]``."""
+        return self._interval(acc_x, confidence, n, 1.0)
+
+    def confidence_interval(self, acc_x: ArrayLike | pd.DataFrame, confidence: float = 0.95,
+                            n: ArrayLike | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """OLS confidence interval (percent) of the plane itself at ``acc_x``:
+        ``t(pred) ± t_{n-K-1} s sqrt(b(x)' (X'X)^-1 b(x))``."""
+        return self._interval(acc_x, confidence, n, 0.0)
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready summary (the ``shiftbench fit --x A --x B --json`` object)."""
+        return {
+            "coefficients": {k: float(v) for k, v in self.coefficient_by_x.items()},
+            "intercept": float(self.intercept), "r2": float(self.r2), "n_models": int(self.n_models),
+            "scale": self.scale, "x": list(self.x_labels), "y": self.y,
+            "coefficient_se": {k: float(v) for k, v in zip(self.x_labels, self.coefficient_se)},
+            "intercept_se": float(self.intercept_se), "n_skipped": int(self.n_skipped),
+            "fit_on": list(self.fit_on), "kind": self.kind,
+        }
+
+
+def _is_table(acc_x: object) -> bool:
+    """Several models (a DataFrame or a 2-D array), as opposed to one model's K accuracies."""
+    return isinstance(acc_x, pd.DataFrame) or np.ndim(acc_x) == 2
+
+
+@dataclass(frozen=True)
 class Band:
     """A pointwise bootstrap confidence band of a trend, on a grid of x accuracies (percent)."""
 
@@ -235,22 +378,118 @@ def _ols(design: np.ndarray, ys: np.ndarray) -> tuple[np.ndarray, np.ndarray, fl
     return coef, np.sqrt(np.diag(cov)), r2, float(np.sqrt(s2))
 
 
+def x_settings(x: object, y: object, testbed: Testbed | None) -> tuple[object, int]:
+    """Normalise the in-distribution argument of a fit: ``(x, 1)`` for one axis (a setting name
+    or a 1-D array, exactly as before), ``(names, K)`` or ``(array (n, K) / DataFrame, K)`` for
+    K >= 2 in-distribution test sets. A one-name sequence and a one-column table become the
+    one-axis form. A sequence of names must not repeat a name nor contain ``y`` (ConfigError)."""
+    if isinstance(x, str):
+        return x, 1
+    if isinstance(x, pd.DataFrame):
+        return (x.iloc[:, 0].to_numpy(dtype=float), 1) if x.shape[1] == 1 else (x, x.shape[1])
+    if isinstance(x, (list, tuple, pd.Index)) and len(x) and all(isinstance(v, str) for v in x):
+        names = tuple(x)
+        if testbed is None:
+            raise ConfigError(f"x={list(names)!r} are setting names: pass testbed=... as well")
+        dup = next((s for i, s in enumerate(names) if s in names[:i]), None)
+        if dup is not None:
+            raise ConfigError(f"x names setting {dup!r} twice; give each in-distribution setting once")
+        if isinstance(y, str) and y in names:
+            raise ConfigError(f"y={y!r} is also among the x settings ({', '.join(names)}); "
+                              "the shifted setting must differ from the in-distribution ones")
+        return (names[0], 1) if len(names) == 1 else (names, len(names))
+    if testbed is not None and isinstance(x, (list, tuple)) and not x:
+        raise ConfigError("x is empty; give at least one in-distribution setting")
+    if np.ndim(x) == 2:
+        arr = np.asarray(x, dtype=float)
+        return (arr[:, 0], 1) if arr.shape[1] == 1 else (arr, arr.shape[1])
+    return x, 1
+
+
+def _multi_points(
+    x: Sequence[str] | np.ndarray | pd.DataFrame, y: str | ArrayLike, scale: str, testbed: Testbed | None,
+    fit_on: str | Iterable[str] | None,
+) -> tuple[np.ndarray, np.ndarray, dict[str, object]]:
+    """Scaled ``(xs (n, K), ys)`` of the models with all K + 1 accuracies, and provenance."""
+    check_scale(scale)
+    if testbed is None:
+        names = tuple(map(str, x.columns)) if isinstance(x, pd.DataFrame) else None
+        ax = np.asarray(x, dtype=float)
+        ay = np.asarray(y, dtype=float).ravel()
+        if ax.shape[0] != ay.size:
+            raise DataError(f"x has {ax.shape[0]} rows and y {ay.size} values; give one row of x accuracies per model")
+        for k in range(ax.shape[1]):
+            check_accuracy_arrays(ax[:, k], ay)
+        keep = np.isfinite(ax).all(axis=1) & np.isfinite(ay)
+        info = {"models": tuple(str(i) for i in np.flatnonzero(keep)), "n_skipped": int((~keep).sum()),
+                "fit_on": (), "x": names, "xa": ax[keep]}
+        return transform(ax[keep], scale), transform(ay[keep], scale), info
+    cols = [testbed.check_setting(s) for s in [*x, str(y)]]
+    selectors = DEFAULT_FIT_ON if fit_on is None else ((fit_on,) if isinstance(fit_on, str) else tuple(fit_on))
+    models = testbed.resolve(selectors)
+    acc = testbed.accuracies.loc[models, cols]
+    keep = acc.notna().all(axis=1)
+    acc, sizes = acc[keep], testbed.sizes.loc[models, cols][keep]
+    xs = np.column_stack([transform(acc[s], scale, sizes[s]) for s in cols[:-1]]).reshape(len(acc), len(x))
+    info = {"models": tuple(acc.index), "n_skipped": int((~keep).sum()), "fit_on": selectors,
+            "x": tuple(cols[:-1]), "y": cols[-1], "xa": acc[cols[:-1]].to_numpy()}
+    return xs, transform(acc[cols[-1]], scale, sizes[cols[-1]]), info
+
+
+def _fit_multi(x: object, y: object, scale: str, testbed: Testbed | None,
+               fit_on: str | Iterable[str] | None) -> MultiTrendFit:
+    """OLS of ``t(y)`` on ``[1, t(x_1) .. t(x_K)]`` (see :class:`MultiTrendFit`)."""
+    xs, ys, info = _multi_points(x, y, scale, testbed, fit_on)
+    k = xs.shape[1]
+    labels = info["x"] or tuple(f"x{i + 1}" for i in range(k))
+    if len(ys) < k + 2:
+        where = f" in testbed {testbed.name!r}" if testbed is not None else ""
+        sel = ", ".join(info["fit_on"]) or "the given points"
+        raise ConfigError(
+            f"a plane of {info.get('y', 'y')!r} on {', '.join(map(repr, labels))} needs at least {k + 2} models "
+            f"with all {k + 1} accuracies{where}; {sel} gave {len(ys)} ({info['n_skipped']} skipped for empty "
+            f"cells); choose other models with fit_on / --fit-on, or fewer x settings")
+    design = np.concatenate([np.ones((len(ys), 1)), xs], axis=1)
+    if np.linalg.matrix_rank(design) < k + 1:
+        raise DataError(f"the accuracies on {', '.join(map(repr, labels))} of the {len(ys)} fitted models are "
+                        "collinear (one is constant or a combination of the others); drop an x or fit on other models")
+    coef, se, r2, s = _ols(design, ys)
+    xa = np.asarray(info["xa"])
+    return MultiTrendFit(
+        coefficients=tuple(float(c) for c in coef[1:]), intercept=float(coef[0]), r2=r2, n_models=len(ys),
+        scale=scale, coefficient_se=tuple(float(v) for v in se[1:]), intercept_se=float(se[0]), residual_std=s,
+        x=info["x"], y=info.get("y"), models=info["models"], fit_on=tuple(info["fit_on"]),
+        n_skipped=int(info["n_skipped"]), x_ranges=tuple((float(c.min()), float(c.max())) for c in xa.T),
+        xs=xs, ys=np.asarray(ys, dtype=float))
+
+
 # ---------------------------------------------------------------------------- public fits
 def fit_trend(
-    x: str | ArrayLike,
+    x: str | Sequence[str] | ArrayLike,
     y: str | ArrayLike,
     scale: str = "logit",
     *,
     testbed: Testbed | None = None,
     fit_on: str | Iterable[str] | None = DEFAULT_FIT_ON,
-) -> TrendFit:
-    """Least-squares trend ``t(acc_y) = slope * t(acc_x) + intercept`` (Taori et al. 2020, §3).
+) -> TrendFit | MultiTrendFit:
+    """Least-squares trend ``t(acc_y) = slope * t(acc_x) + intercept`` (Taori et al. 2020, §3),
+    or, over K >= 2 in-distribution test sets, the plane
+    ``t(acc_y) = sum_k a_k t(acc_x_k) + b`` (Shi et al. 2023, "Effective robustness against
+    natural distribution shifts for models with different training data", NeurIPS 2023).
+
+    With one x (a name, a one-name sequence, a 1-D array) the result is the :class:`TrendFit`
+    of the published protocol. With K >= 2 x settings it is a :class:`MultiTrendFit` fitted on the
+    selected models that have all K + 1 accuracies: it offers ``predict`` and the OLS
+    ``prediction_interval`` / ``confidence_interval`` (and :func:`bootstrap_interval`), but no
+    bootstrap band and no piecewise form. It needs at least K + 2 such models (ConfigError
+    otherwise); a repeated x, or y among the x, is a ConfigError.
 
     Parameters
     ----------
     x, y:
-        Setting names of ``testbed`` (in-distribution and shifted), or, without a testbed,
-        arrays of accuracies in percent (all finite pairs are fitted).
+        Setting names of ``testbed`` (in-distribution and shifted; ``x`` one name or a sequence
+        of K names), or, without a testbed, arrays of accuracies in percent (``x`` 1-D, or
+        ``(n, K)`` / a K-column DataFrame; all finite rows are fitted).
     scale:
         ``"logit"`` (default), ``"probit"`` or ``"linear"``; see :mod:`shiftbench.analysis.scaling`.
     testbed:
@@ -266,6 +505,9 @@ def fit_trend(
     >>> round(fit.slope, 3), round(fit.intercept, 3)
     (1.1, -0.21)
     """
+    x, k = x_settings(x, y, testbed)
+    if k > 1:
+        return _fit_multi(x, y, scale, testbed, fit_on)
     xs, ys, info = _points(x, y, scale, testbed, fit_on)
     _require(len(xs), MIN_MODELS, info, testbed, "a trend fit")
     if np.ptp(xs) == 0:
@@ -293,7 +535,11 @@ def fit_piecewise_trend(
     ``pivot`` is an in-distribution accuracy in percent, or the name of a testbed model whose
     ``x`` accuracy is used - for ImageNet-A, the ResNet-50 it was filtered against
     (``pivot="resnet50"``). At least two fitted models are needed on each side of the pivot.
+    There is no piecewise form over several x settings (ConfigError).
     """
+    x, k = x_settings(x, y, testbed)
+    if k > 1:
+        raise ConfigError(f"a piecewise trend takes one x; got {k} x settings; drop the pivot or give one x")
     xs, ys, info = _points(x, y, scale, testbed, fit_on)
     if isinstance(pivot, str):
         if testbed is None:
@@ -459,6 +705,9 @@ def bootstrap_band(
     predictions there. Vectorised and seeded: the same ``seed`` gives the same band.
     """
     check_confidence(confidence)
+    if isinstance(fit, MultiTrendFit):
+        raise ConfigError(f"a bootstrap band runs along one x axis; the plane over {', '.join(fit.x_labels)} has "
+                          "none: use bootstrap_interval(fit, points) or fit.prediction_interval(points)")
     g = np.linspace(0.1, 99.9, 100) if grid is None else np.sort(np.asarray(grid, dtype=float))
     coefs = bootstrap_coefficients(fit, n_resamples, seed)
     basis = fit.basis(transform(g, fit.scale))
@@ -473,6 +722,33 @@ def bootstrap_band(
                 confidence=confidence, n_resamples=int(coefs.shape[0]), scale=fit.scale)
 
 
-def as_frame(fit: TrendFit) -> pd.DataFrame:
+def bootstrap_interval(
+    fit: TrendFit | MultiTrendFit,
+    acc_x: ArrayLike | pd.DataFrame,
+    *,
+    n: ArrayLike | None = None,
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    seed: int | None = 0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile bootstrap interval (percent) of where the fitted line or plane is at the given
+    in-distribution accuracies (Efron & Tibshirani 1993, §13): the band of :func:`bootstrap_band`
+    evaluated at points instead of along a grid, so it also serves a :class:`MultiTrendFit`
+    (``acc_x`` of shape ``(m, K)`` or a DataFrame). Same ``seed``, same interval."""
+    check_confidence(confidence)
+    coefs_t = np.ascontiguousarray(bootstrap_coefficients(fit, n_resamples, seed).T)
+    if isinstance(fit, MultiTrendFit):
+        table, phi = _is_table(acc_x), fit.basis(fit._scaled(acc_x, n))
+    else:
+        table, phi = np.ndim(acc_x) > 0, fit.basis(np.atleast_1d(np.asarray(transform(acc_x, fit.scale, n))))
+    alpha = 1.0 - confidence
+    bounds = np.empty((phi.shape[0], 2))
+    for start in range(0, phi.shape[0], 16):
+        bounds[start:start + 16] = _row_quantiles(phi[start:start + 16] @ coefs_t, [alpha / 2, 1 - alpha / 2])
+    lo, hi = inverse(bounds[:, 0], fit.scale), inverse(bounds[:, 1], fit.scale)
+    return (lo, hi) if table else (lo[0], hi[0])
+
+
+def as_frame(fit: TrendFit | MultiTrendFit) -> pd.DataFrame:
     """One-row DataFrame of :meth:`TrendFit.to_dict` (handy for tables of many shifts)."""
     return pd.DataFrame([fit.to_dict()])

@@ -1,0 +1,95 @@
+"""Report section: the "seven hypotheses" verdict table (Hendrycks et al. 2021, "The Many Faces of
+Robustness", §5) of :mod:`shiftbench.analysis.hypotheses`: groups x shifts, each cell the group's mean
+effective robustness with its 95% bootstrap interval over models, coloured by the verdict.
+
+Shown for a testbed whose name has a shipped group table (``data/hypotheses/<testbed>.csv``); the
+bootstrap is vectorised (one ``(n_boot, n)`` gather per cell), so 1,000 resamples over ~16 groups
+and 9 shifts take well under a second.
+"""
+from __future__ import annotations
+
+import math
+
+from shiftbench.analysis.hypotheses import (
+    HELPS,
+    HURTS,
+    NO_EVIDENCE,
+    VERDICT_RULE,
+    HypothesesTable,
+    hypotheses_table,
+    shipped_groups_path,
+)
+from shiftbench.errors import ShiftbenchError
+from shiftbench.report.sections import (
+    Rendered,
+    ReportContext,
+    Section,
+    TestbedReport,
+    esc,
+    register_section,
+    section_html,
+)
+
+#: cell background per verdict (green, red, grey); other verdicts are left white
+COLOURS = {HELPS: "#d4edda", HURTS: "#f8d7da", NO_EVIDENCE: "#eeeeee"}
+
+
+def verdict_table_html(res: HypothesesTable) -> str:
+    """A static groups x shifts table: mean ER [interval] and the verdict, coloured (escaped)."""
+    rows = res.rows
+    shifts = list(dict.fromkeys(rows["shift"]))
+    head = "<th>group</th><th>hypothesis</th>" + "".join(f'<th class="num">{esc(s)}</th>' for s in shifts)
+    body = []
+    for group, part in rows.groupby("group", sort=False):
+        cells = [f"<td>{esc(group)}</td><td>{esc(part['hypothesis'].iloc[0])}</td>"]
+        by_shift = {r.shift: r for r in part.itertuples(index=False)}
+        for s in shifts:
+            r = by_shift.get(s)
+            if r is None:
+                cells.append("<td></td>")
+                continue
+            text = "" if not math.isfinite(r.mean_er) else f"{r.mean_er:+.1f}"
+            if math.isfinite(r.low) and math.isfinite(r.high):
+                text += f" [{r.low:+.1f}, {r.high:+.1f}]"
+            colour = COLOURS.get(r.verdict)
+            style = f' style="background:{colour}"' if colour else ""
+            cells.append(f'<td class="num"{style} title="{esc(r.verdict)}, n = {r.n_models}">{esc(text)}'
+                         f"<br><small>{esc(r.verdict)}</small></td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f'<table class="sb-small"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+
+
+@register_section
+class HypothesesSection(Section):
+    """Per testbed with a shipped group table: the verdict table of the intervention groups."""
+
+    key, title = "hypotheses", "Hypotheses: which interventions give effective robustness?"
+    n_boot = 1000
+
+    def available(self, ctx: ReportContext, tb: TestbedReport | None) -> bool:
+        return tb is not None and shipped_groups_path(tb.testbed.name) is not None
+
+    def render(self, ctx: ReportContext, tb: TestbedReport | None) -> list[Rendered]:
+        assert tb is not None
+        t = tb.testbed
+        anchor = ctx.anchor(tb.anchor, self.key)
+        shifts = [a.shift for a in tb.analysed if a.fit is not None] or None
+        try:
+            res = hypotheses_table(t, shifts=shifts, n_boot=self.n_boot, seed=ctx.seed, scale=ctx.scale)
+        except ShiftbenchError as err:
+            note = f'<p class="sb-note">No verdict table: {esc(str(err))}</p>'
+            return [Rendered(self.title, anchor, section_html(anchor, self.title, note))]
+        parts = [f"<p>Hendrycks et al. (2021, <em>The Many Faces of Robustness</em>, §5) test hypotheses about what "
+                 f"makes models robust. Each row is a group of models sharing an intervention (group table "
+                 f"<code>{esc(res.groups_source)}</code>); each cell is the group's mean effective robustness in "
+                 f"percentage points with its 95% percentile bootstrap interval over the group's models "
+                 f"({res.n_boot} resamples, seed {res.seed}). {esc(VERDICT_RULE)} (minimum {res.min_models}).</p>",
+                 verdict_table_html(res)]
+        parts.append(ctx.table(res.rows, tb.dir / "hypotheses",
+                               f"Hypotheses on {t.name}: mean effective and relative robustness (pp) per group and "
+                               f"shift, 95% bootstrap intervals over models", "Full table"))
+        notes = [f"{r.group}: {r.note}" for r in res.rows.drop_duplicates("group").itertuples(index=False) if r.note]
+        notes += list(res.notes)
+        if notes:
+            parts.append('<p class="sb-note">' + "; ".join(esc(n) for n in notes) + "</p>")
+        return [Rendered(self.title, anchor, section_html(anchor, self.title, "".join(parts)))]
