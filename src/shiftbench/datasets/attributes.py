@@ -33,6 +33,27 @@ change the train/id-test split of the others. Rows keep the manifest's order ins
 :meth:`AttributeSplits.write` writes ``train.csv``, ``id-test.csv``, ``ood-<A>=<v>.csv`` and
 ``splits.json``; each CSV is a manifest the engine evaluates as ``manifest:<file>``.
 
+**Multi-label manifests** (DeepFashion Remixed has several clothing items per image and is
+scored by mAP) have a column ``labels`` instead of ``label``: ``;``-separated class indices or
+names per row (``3;7``, ``skirt;top``), an empty cell for an image without labels; the label
+space is read as the engine reads it (:mod:`shiftbench.datasets.manifest`, including a
+``<manifest>.classes.txt``/``.json`` sidecar). Three things change:
+
+* **stratification key** (train/id-test split and ``max_per_split``): the row's *label set*,
+  sorted class indices joined by ``;`` (labelset stratification, Sechidis et al. 2011, *On the
+  Stratification of Multi-Label Data*, §2), so frequent combinations of items keep their
+  share in both splits. A label set that occurs in one row only of the population being split
+  cannot be stratified (a stratum of one falls wholly on one side); such rows are pooled by
+  their *first* label (the set's smallest class index), which keeps each class's share
+  approximately. Rows without labels form one stratum of their own.
+* ``balance=True`` is single-label only (a :class:`ConfigError`): cutting every label to the
+  rarest one's count has no single answer when a row carries several labels; cap with
+  ``max_per_split`` instead.
+* the written split CSVs keep the ``labels`` column (as read, whitespace stripped) and each
+  gets a label-space sidecar ``<split>.csv.classes.txt`` (a copy of the input's sidecar, else
+  the carve's class names), so every split is scored in the same label space even when it
+  lacks some classes. :attr:`AttributeSplits.sizes` counts, per class, the rows containing it.
+
 This module is data only: :func:`carve_splits` and :class:`AttributeSplits`. The study that
 carves, writes the splits and evaluates a model on each (``attributes`` in the results store, the
 report's "Attribute-controlled shifts" section), and the one-call
@@ -60,10 +81,19 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from shiftbench.datasets.manifest import _labels, _read_table, check_table
+from shiftbench.datasets.manifest import (
+    SIDECAR_SUFFIXES,
+    LabelSpace,
+    _declared,
+    _label_sets,
+    _labels,
+    _read_table,
+    check_table,
+    sidecar_of,
+)
 from shiftbench.errors import ConfigError, DataError, did_you_mean
 
-RESERVED = ("path", "label", "group")
+RESERVED = ("path", "label", "labels", "group")
 DEFAULT_BIN_NAMES = {2: ("low", "high"), 3: ("low", "medium", "high"), 4: ("low", "mid-low", "mid-high", "high"),
                      5: ("very-low", "low", "medium", "high", "very-high")}
 IMAGE_MODES = ("auto", "link", "copy")
@@ -230,6 +260,21 @@ class AttributeSplits:
     n_missing: dict[str, int]
     class_names: list[str] = field(default_factory=list)
     present: list[int] = field(default_factory=list)
+    label_sets: dict[str, list[tuple[int, ...]]] | None = None
+    sidecar: str | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def multi_label(self) -> bool:
+        """True when carved from a multi-label manifest (column ``labels``); ``label_sets`` then
+        holds each split's rows as tuples of class indices."""
+        return self.label_sets is not None
+
+    def _label_counts(self, name: str) -> dict[int, int]:
+        if self.label_sets is None:
+            return {int(k): int(v) for k, v in self.frames[name]["label"].value_counts().items()}
+        counts = np.bincount([c for s in self.label_sets[name] for c in s], minlength=len(self.class_names))
+        return {c: int(v) for c, v in enumerate(counts)}
 
     @property
     def names(self) -> list[str]:
@@ -248,7 +293,7 @@ class AttributeSplits:
         for name, frame in self.frames.items():
             kind = name if name in ("train", "id-test") else "ood"
             attr, _, value = name.partition("=") if kind == "ood" else ("", "", "")
-            counts = frame["label"].value_counts()
+            counts = self._label_counts(name)
             rows.append({"split": name, "kind": kind, "attribute": attr, "value": value, "n": len(frame),
                          **{self.class_names[c]: int(counts.get(c, 0)) for c in self.present}})
         return pd.DataFrame(rows)
@@ -259,6 +304,7 @@ class AttributeSplits:
                 "max_per_split": self.max_per_split, "balance": self.balance,
                 "train": {a: list(v) for a, v in self.train.items()}, "bins": self.bins,
                 "n_rows": self.n_rows, "n_missing": self.n_missing, "class_names": self.class_names,
+                **({"multi_label": True, "notes": list(self.notes)} if self.multi_label else {}),
                 "splits": {r["split"]: {"kind": r["kind"], "attribute": r["attribute"] or None,
                                         "value": r["value"] or None, "n": int(r["n"]),
                                         "per_label": {self.class_names[c]: int(r[self.class_names[c]])
@@ -300,13 +346,15 @@ class AttributeSplits:
             target = out / _file_name(name)
             frame.to_csv(target, index=False)
             files[name] = target
+            if self.multi_label:
+                self._write_sidecar(target)
         summary = self.summary()
         summary["images"] = mode
         for name, target in files.items():
             summary["splits"][name]["file"] = target.name
             summary["splits"][name]["setting"] = f"manifest:{target.resolve()}"
         top = len(self.class_names) - 1
-        short = [n for n, f in self.frames.items() if int(f["label"].max()) < top]
+        short = [] if self.multi_label else [n for n, f in self.frames.items() if int(f["label"].max()) < top]
         if short:
             summary["note"] = (f"splits without the largest label ({self.class_names[top]}): {', '.join(short)}; the "
                                "engine reads a manifest's class count from its largest label, so evaluate them with "
@@ -314,6 +362,17 @@ class AttributeSplits:
             warnings.warn(summary["note"], stacklevel=2)
         (out / "splits.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
         return files
+
+    def _write_sidecar(self, target: Path) -> None:
+        """The label space of a multi-label split: a copy of the input's sidecar, else the class
+        names one per line (``<split>.csv.classes.txt``)."""
+        for suffix in SIDECAR_SUFFIXES:
+            target.with_name(target.name + suffix).unlink(missing_ok=True)
+        if self.sidecar is not None:
+            src = Path(self.sidecar)
+            shutil.copyfile(src, target.with_name(target.name + ".classes" + src.suffix))
+        else:
+            target.with_name(target.name + ".classes.txt").write_text("\n".join(self.class_names) + "\n")
 
 def _inside(real: str, root_real: str) -> bool:
     return real == root_real or real.startswith(root_real.rstrip(os.sep) + os.sep)
@@ -358,6 +417,8 @@ def _remove_previous(out: Path) -> None:
     for name in listed:
         if isinstance(name, str) and "/" not in name and name.endswith(".csv"):
             (out / name).unlink(missing_ok=True)
+            for suffix in SIDECAR_SUFFIXES:
+                (out / (name + suffix)).unlink(missing_ok=True)
 
 
 # ----------------------------------------------------------------------------- validation
@@ -417,7 +478,8 @@ def carve_splits(
     Parameters
     ----------
     manifest:
-        A CSV/Parquet manifest (columns ``path, label[, group]`` plus attribute columns), or a
+        A CSV/Parquet manifest (columns ``path, label[, group]`` plus attribute columns; or
+        ``path, labels[, group]`` for multi-label data, see the module docstring), or a
         DataFrame of one (its relative paths are then relative to ``root``, default the
         current folder).
     train:
@@ -428,16 +490,21 @@ def carve_splits(
     id_test:
         Share of the ID pool for ``id-test`` (``0 < id_test < 1``) or its size (an int >= 1).
     max_per_split:
-        Cap every split at this many rows (stratified sample by label).
+        Cap every split at this many rows (stratified sample by label, or by label set).
     balance:
-        Cut every split to equal counts per label (the rarest label's count), before the cap.
+        Cut every split to equal counts per label (the rarest label's count), before the cap;
+        single-label manifests only.
     seed:
         Seed of every draw; the same seed gives identical splits.
 
     Raises :class:`ConfigError` for an unknown column or a bad option and :class:`DataError`
     for a training value that does not occur or an empty split, naming it and the fix.
     """
-    df, where, source = _read_input(manifest, root)
+    df, where, source, space, sidecar = _read_input(manifest, root)
+    multi = "labels" in df.columns and "label" not in df.columns
+    if multi and balance:
+        raise ConfigError(f"{where}: balance=True is for single-label manifests (column 'label'); a multi-label "
+                          "row has several labels, so cap the splits with max_per_split instead")
     train_values = _train_values(train)
     bins = _check_options(df, where, train_values, dict(bins or {}), max_per_split)
     id_test = _check_id_test(id_test)
@@ -458,25 +525,42 @@ def carve_splits(
         each = "; ".join(f"{_describe(a, v)}: {int(match[a].sum())} rows" for a, v in train_values.items())
         raise DataError(f"{where}: no row matches every training value at once ({each}); choose training values "
                         "that occur together")
-    class_names = _integer_labels(df, where)
-    labels = df["label"].to_numpy()
-    candidates = _id_split(pool, labels, id_test, seed, where, train_values)
+    notes: tuple[str, ...] = ()
+    if multi:
+        sets, class_names, notes = _multi_labels(df, where, space)
+        present = sorted({c for s in sets for c in s})
+        def strata(rows: np.ndarray) -> np.ndarray:
+            return labelset_strata([sets[r] for r in rows])
+    else:
+        class_names = _integer_labels(df, where)
+        labels = df["label"].to_numpy()
+        present = sorted(int(c) for c in df["label"].unique())
+        def strata(rows: np.ndarray) -> np.ndarray:
+            return labels[rows]
+    candidates = _id_split(pool, strata, id_test, seed, where, train_values)
     candidates |= _ood_rows(values, match, train_values, orders, where)
     frames: dict[str, pd.DataFrame] = {}
+    chosen: dict[str, np.ndarray] = {}
     for name, rows in candidates.items():
         if not len(rows):
             raise DataError(f"{where}: split {name!r} is empty (ID pool of {len(pool)} rows); "
                             "change id_test or widen the training values")
-        frames[name] = df.iloc[_cap(rows, labels, name, seed, balance, max_per_split)].reset_index(drop=True)
+        chosen[name] = _cap(rows, strata, name, seed, balance, max_per_split)
+        frames[name] = df.iloc[chosen[name]].reset_index(drop=True)
     return AttributeSplits(frames=frames, train=train_values, bins=bin_info, source=source, seed=int(seed),
                            id_test=id_test, max_per_split=None if max_per_split is None else int(max_per_split),
                            balance=bool(balance), n_rows=len(df),
                            n_missing={a: int(v.isna().sum()) for a, v in values.items()}, class_names=class_names,
-                           present=sorted(int(c) for c in df["label"].unique()))
+                           present=present,
+                           label_sets={n: [sets[r] for r in rows] for n, rows in chosen.items()} if multi else None,
+                           sidecar=sidecar, notes=notes)
 
 
-def _read_input(manifest: str | Path | pd.DataFrame, root: str | Path | None) -> tuple[pd.DataFrame, str, str]:
-    """The manifest as a fresh DataFrame with absolute paths, a name for messages, its source path."""
+def _read_input(manifest: str | Path | pd.DataFrame, root: str | Path | None
+                ) -> tuple[pd.DataFrame, str, str, LabelSpace | None, str | None]:
+    """The manifest as a fresh DataFrame with absolute paths, a name for messages, its source
+    path and, for a multi-label manifest file, its declared label space and sidecar file."""
+    space = sidecar = None
     if isinstance(manifest, pd.DataFrame):
         df, where = manifest.reset_index(drop=True).copy(), "manifest (DataFrame)"
         base = Path(root) if root is not None else Path(".")
@@ -486,9 +570,12 @@ def _read_input(manifest: str | Path | pd.DataFrame, root: str | Path | None) ->
         df, where = _read_table(path), f"manifest {path}"
         base = Path(root) if root is not None else path.parent
         source = str(path.resolve())
-    check_table(df, where, "path,label[,group] plus attribute columns")
+        if "labels" in df.columns and "label" not in df.columns:
+            space, found = _declared(path, None), sidecar_of(path)
+            sidecar = str(found.resolve()) if found is not None else None
+    check_table(df, where, "path,label[,group] (or path,labels[,group] for multi-label) plus attribute columns")
     df["path"] = _resolve_paths(df, base, where)
-    return df, where, source
+    return df, where, source, space, sidecar
 
 
 def _check_options(df: pd.DataFrame, where: str, train_values: dict[str, tuple[str, ...]], bins: dict[str, Any],
@@ -528,16 +615,17 @@ def _apply_bins(df: pd.DataFrame, where: str, bins: dict[str, Any]) -> dict[str,
     return info
 
 
-def _id_split(pool: np.ndarray, labels: np.ndarray, id_test: float | int, seed: int, where: str,
+def _id_split(pool: np.ndarray, strata: Any, id_test: float | int, seed: int, where: str,
               train_values: dict[str, tuple[str, ...]]) -> dict[str, np.ndarray]:
-    """The ID pool split into ``train`` and ``id-test`` (stratified by label, seeded)."""
+    """The ID pool split into ``train`` and ``id-test`` (stratified by ``strata(rows)``: the label,
+    or the label-set key of :func:`labelset_strata`; seeded)."""
     n_test = int(round(id_test * len(pool))) if isinstance(id_test, float) else int(id_test)
     if n_test >= len(pool):
         raise DataError(f"{where}: the ID pool ({' and '.join(_describe(a, v) for a, v in train_values.items())}) "
                         f"has {len(pool)} rows, too few for an id-test set of {n_test} and a training set; "
                         "lower id_test or widen the training values")
     is_test = np.zeros(len(pool), bool)
-    is_test[stratified_sample(labels[pool], n_test, _rng(seed, "id-test"))] = True
+    is_test[stratified_sample(strata(pool), n_test, _rng(seed, "id-test"))] = True
     return {"train": pool[~is_test], "id-test": pool[is_test]}
 
 
@@ -598,10 +686,52 @@ def _check_id_test(id_test: Any) -> float | int:
     return int(id_test)
 
 
-def _cap(rows: np.ndarray, labels: np.ndarray, name: str, seed: int, balance: bool,
+def _cap(rows: np.ndarray, strata: Any, name: str, seed: int, balance: bool,
          max_per_split: int | None) -> np.ndarray:
     if balance:
-        rows = rows[balanced_sample(labels[rows], _rng(seed, f"balance:{name}"))]
+        rows = rows[balanced_sample(strata(rows), _rng(seed, f"balance:{name}"))]
     if max_per_split is not None and len(rows) > max_per_split:
-        rows = rows[stratified_sample(labels[rows], int(max_per_split), _rng(seed, f"cap:{name}"))]
+        rows = rows[stratified_sample(strata(rows), int(max_per_split), _rng(seed, f"cap:{name}"))]
     return rows
+
+
+# ----------------------------------------------------------------------------- multi-label
+def labelset_strata(sets: Sequence[tuple[int, ...]]) -> np.ndarray:
+    """The stratum of each row of a multi-label population (module docstring): its label set's
+    sorted class indices joined by ``;`` (``(7, 3)`` -> ``"3;7"``; labelset stratification,
+    Sechidis et al. 2011, §2); a set occurring once in ``sets`` falls back to its first
+    (smallest) class, ``"first:3"``; an empty set is ``""``.
+
+    >>> labelset_strata([(3, 7), (7, 3), (3, 9), ()]).tolist()
+    ['3;7', '3;7', 'first:3', '']
+    """
+    keys = [";".join(str(c) for c in sorted(set(s))) for s in sets]
+    counts: dict[str, int] = {}
+    for k in keys:
+        counts[k] = counts.get(k, 0) + 1
+    out = [k if counts[k] > 1 or not k else f"first:{min(s)}" for k, s in zip(keys, sets)]
+    return np.asarray(out, dtype=object).astype(str)
+
+
+def _label_text(v: Any) -> str | None:
+    """A ``labels`` cell as ``;``-joined text: a list (Parquet) joined, ``3.0`` as ``3``, blanks
+    as ``None``."""
+    if isinstance(v, (list, tuple, np.ndarray)):
+        v = ";".join(_label_text(x) or "" for x in v)
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return None
+    if isinstance(v, (float, np.floating)) and float(v).is_integer():
+        return str(int(v))
+    text = ";".join(t.strip() for t in str(v).split(";") if t.strip())
+    return text or None
+
+
+def _multi_labels(df: pd.DataFrame, where: str, space: LabelSpace | None
+                  ) -> tuple[list[tuple[int, ...]], list[str], tuple[str, ...]]:
+    """Parse ``df.labels`` in place (normalised text, see :func:`_label_text`) the way the engine
+    reads a multi-label manifest; returns the label sets, the class names and the loader's notes
+    (labels outside a declared space dropped, rows without labels)."""
+    df["labels"] = [_label_text(v) for v in df["labels"].tolist()]
+    col = pd.Series(df["labels"].tolist(), dtype=object)
+    sets, names, k, notes = _label_sets(col, where, "row", 1, space, df["path"].tolist())
+    return [tuple(s) for s in sets], list(names) if names is not None else [str(i) for i in range(k)], tuple(notes)
