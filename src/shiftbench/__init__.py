@@ -52,6 +52,7 @@ _LAZY = {
     "ClassMapView": "shiftbench.views.classmap",
     "hypotheses_table": "shiftbench.analysis.hypotheses", "HypothesesTable": "shiftbench.analysis.hypotheses",
     "load_groups": "shiftbench.analysis.hypotheses",
+    "group_accuracy": "shiftbench.views.groups", "GroupAccuracy": "shiftbench.views.groups",
     "mean_average_precision": "shiftbench.views.multilabel", "MeanAveragePrecision": "shiftbench.views.multilabel",
     "resolution_sweep": "shiftbench.studies.resolution", "compositing_study": "shiftbench.studies.compositing",
 }

@@ -51,6 +51,7 @@ from shiftbench.errors import ConfigError, ShiftbenchError
 from shiftbench.models import list_sources
 from shiftbench.reference import list_testbeds, load_testbed
 from shiftbench.shifts import list_shifts
+from shiftbench.testbed import Testbed
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Measure how image classifiers hold up under distribution shift.")
@@ -165,15 +166,36 @@ def list_models(pattern: PatternArg = None, testbed: ListTestbedOpt = None,
 
 
 # ---------------------------------------------------------------------------- analysis
+YMetricOpt = Annotated[str, typer.Option(
+    "--y-metric", help="The number --y takes from --store: accuracy (default), worst_group_accuracy (settings with "
+    "?groups=), top5 or map; x keeps accuracy (Testbed.from_store(metric={y: ...})).")]
+
+
+def _testbed_y(testbed: list[str] | None, store: Path | None, y: str, y_metric: str):
+    """The analysis testbed; with ``--y-metric`` other than accuracy, the store's testbed with that
+    metric on the y setting (a store only: reference testbeds hold accuracies)."""
+    if y_metric == "accuracy":
+        return _testbed(testbed, store)
+    if store is None or testbed:
+        raise ConfigError(f"--y-metric {y_metric} reads the results store: pass --store DIR without --testbed")
+    if not store.is_dir():
+        raise ConfigError(f"{store}: no results store there; pass the --store directory that `shiftbench eval` wrote")
+    tb = Testbed.from_store(store, metric={y: y_metric})
+    for note in tb.notes:
+        err.print(f"note: {note}")
+    return tb
+
+
 @app.command("fit")
 def fit_cmd(x: Annotated[list[str], typer.Option(
                 "--x", help="In-distribution setting (x axis), e.g. val; repeat for a plane over several ID test sets "
                 "(Shi et al. 2023).")],
             y: YOpt, testbed: TestbedOpt = None, store: StoreAddOpt = None, scale: ScaleOpt = "logit",
-            fit_on: FitOnOpt = None, pivot: PivotOpt = None, as_json: JsonOpt = False) -> None:
+            fit_on: FitOnOpt = None, pivot: PivotOpt = None, as_json: JsonOpt = False,
+            y_metric: YMetricOpt = "accuracy") -> None:
     """Fit the trend of y on x over the chosen models (default: STANDARD); with several --x, the plane
     logit(y) = sum_k a_k logit(x_k) + b."""
-    tb = _testbed(testbed, store)
+    tb = _testbed_y(testbed, store, y, y_metric)
     fit = _fit(tb, x[0] if len(x) == 1 else x, y, scale, _fit_on(fit_on), _pivot(pivot))
     _fit_used(tb, fit)
     d = fit.to_dict()
@@ -203,11 +225,11 @@ def er_cmd(x: Annotated[list[str], typer.Option(
            y: YOpt, testbed: TestbedOpt = None, store: StoreAddOpt = None, scale: ScaleOpt = "logit",
            fit_on: FitOnOpt = None, pivot: PivotOpt = None,
            top: Annotated[Optional[int], typer.Option("--top", help="Only the N most effectively robust models.")] = None,
-           as_json: JsonOpt = False) -> None:
+           as_json: JsonOpt = False, y_metric: YMetricOpt = "accuracy") -> None:
     """Effective robustness (percentage points) of every model: y minus the trend's prediction (with several
     --x, minus the plane's)."""
 
-    tb = _testbed(testbed, store)
+    tb = _testbed_y(testbed, store, y, y_metric)
     xs = x[0] if len(x) == 1 else x
     fit = _fit(tb, xs, y, scale, _fit_on(fit_on), _pivot(pivot))
     _fit_used(tb, fit)
@@ -529,6 +551,15 @@ def _digits_studies(output: Path, *, workspace: Path, data_dir: Path, testbed) -
     Store(workspace / "store").write_study("attributes", "digits", attrs, meta={"source": "run_attribute_demo"})
     typer.echo(f"attribute-controlled shifts ({time.perf_counter() - start:.1f} s): " + ", ".join(
         f"{r.split} {r.accuracy:.1f}%" for r in attrs.itertuples()))
+    from shiftbench.demo.multilabel import run_multilabel_demo  # deferred: loads Pillow, loads pyarrow
+
+    start = time.perf_counter()
+    multi = run_multilabel_demo(data_dir, workspace.parent / "multilabel")
+    Store(workspace / "store").write_study("multilabel", "digits", multi, meta={"source": "run_multilabel_demo"})
+    iid = multi[multi["split"] == "id-test"].set_index("model")["map"]
+    ood = multi[multi["split"] != "id-test"].groupby("model")["map"].mean()
+    typer.echo(f"multi-label shifts ({time.perf_counter() - start:.1f} s): {len(iid)} models, IID mAP "
+               f"{iid.min():.1f}-{iid.max():.1f}%, OOD average {ood.min():.1f}-{ood.max():.1f}%")
     from shiftbench.demo.sweeps import run_sweeps_demo  # deferred: loads Pillow, loads pyarrow
 
     start = time.perf_counter()
@@ -540,8 +571,8 @@ def _digits_studies(output: Path, *, workspace: Path, data_dir: Path, testbed) -
                    f"{m} {int(r)} px" for m, r in list(best.items())[:3]) + f"), {len(sweeps['compositing'])} "
                "compositing studies")
     with open(output / "summary.md", "a") as fh:
-        fh.write("\nFine-tuning trajectories, attribute-controlled shifts, resolution sweeps and object compositing "
-                 "of the digits testbed: see index.html.\n")
+        fh.write("\nFine-tuning trajectories, attribute-controlled shifts, multi-label shifts, resolution sweeps and "
+                 "object compositing of the digits testbed: see index.html.\n")
 
 
 # ---------------------------------------------------------------------------- demo

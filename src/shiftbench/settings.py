@@ -16,7 +16,9 @@ Custom data: ``folder:<dir>``, ``manifest:<file.csv|parquet>``, ``hf:<saved data
 are settings too (full label space, top-1/top-5). ``folder:<dir>?classes=imagenet-1k`` (or
 ``manifest:<file>?classes=...``) declares the label space the class names belong to; a folder
 of ImageNet wnid or class-name sub-folders is recognised as such with an ImageNet model anyway
-(:func:`shiftbench.datasets.image_folder`).
+(:func:`shiftbench.datasets.image_folder`). ``manifest:<file>?groups=colA,colB`` groups the
+examples by those metadata columns and stores worst-group accuracy beside the average
+(:mod:`shiftbench.views.groups`); options combine with ``&``.
 
 Synthetic shifts are generated on the fly from the decoded images (one decode for every shift):
 ``imagenet-c.<corruption>.<severity>_in-memory``, ``greyscale`` and ``pgd.<norm>.eps<eps>`` on
@@ -201,7 +203,9 @@ def custom_setting(name: str) -> Setting:
 
 
 #: ``<prefix>:<path>?<key>=<value>`` options of custom settings, passed to the dataset's builder.
-CUSTOM_OPTIONS = {"folder": ("classes",), "manifest": ("classes",)}
+CUSTOM_OPTIONS = {"folder": ("classes",), "manifest": ("classes", "groups")}
+#: an example value of each option, for messages
+_OPTION_EXAMPLES = {"classes": "?classes=imagenet-1k", "groups": "?groups=label"}
 
 
 def _query(name: str, prefix: str, path: str) -> tuple[str, tuple[tuple[str, str], ...]]:
@@ -218,7 +222,7 @@ def _query(name: str, prefix: str, path: str) -> tuple[str, tuple[tuple[str, str
             where = f"{prefix}: settings take {takes}"
             raise ConfigError(f"custom setting {name!r}: " + did_you_mean("option", key, allowed, where))
         if not value:
-            raise ConfigError(f"custom setting {name!r}: ?{key}= needs a value, e.g. ?classes=imagenet-1k")
+            raise ConfigError(f"custom setting {name!r}: ?{key}= needs a value, e.g. {_OPTION_EXAMPLES[key]}")
         if key == "classes" and not value.lower().endswith((".txt", ".json")):
             from shiftbench.datasets.manifest import known_label_space  # deferred: loads Pillow
 

@@ -47,7 +47,13 @@ SIZE_SUFFIX = "_dataset_size"
 ALL = "all"
 #: what a testbed built from a results store can hold in its cells (all in percent)
 STORE_METRICS = {"accuracy": "top-1 accuracy (%)", "top5": "top-5 accuracy (%)",
-                 "map": "mAP (%) (mean average precision over classes with positives)"}
+                 "map": "mAP (%) (mean average precision over classes with positives)",
+                 "worst_group_accuracy": "worst-group accuracy (%) (the lowest accuracy over non-empty groups)"}
+#: the stored count behind each metric's cells (``None``: no Clopper-Pearson size applies)
+_METRIC_SIZES = {"accuracy": "n_examples", "top5": "n_examples", "map": None, "worst_group_accuracy": "worst_group_n"}
+_METRIC_HINTS = {"map": "evaluate a multi-label manifest (a 'labels' column) first",
+                 "worst_group_accuracy": "evaluate a manifest with groups, e.g. manifest:<file>?groups=<columns>, "
+                                         "first"}
 _DEFAULT_NA = ("", "NA", "N/A", "NaN", "nan", "null", "NULL", "None", "-nan", "#N/A")
 
 
@@ -110,7 +116,7 @@ class Testbed:
     """
 
     #: the number in each cell: ``accuracy`` (top-1), or another of :data:`STORE_METRICS` when
-    #: built by :meth:`from_store` with ``metric=``
+    #: built by :meth:`from_store` with ``metric=`` (``mixed`` for a per-setting mapping)
     metric: str = "accuracy"
 
     def __init__(
@@ -249,7 +255,7 @@ class Testbed:
 
     @classmethod
     def from_store(cls, store: str | Path = "shiftbench-results", *, convention: str = "restricted",
-                   name: str = "store", metric: str = "accuracy") -> Testbed:
+                   name: str = "store", metric: str | Mapping[str, str] = "accuracy") -> Testbed:
         """The testbed of finished evaluations in a results store (``shiftbench eval``).
 
         One cell per (model, setting): where a setting was scored under both subset
@@ -257,36 +263,62 @@ class Testbed:
         runs), the one with the most examples wins. Sizes are the example counts.
 
         ``metric`` picks the number in each cell (all in percent): ``accuracy`` (top-1, the
-        default), ``top5``, or ``map`` (mean average precision of multi-label settings,
-        :func:`shiftbench.mean_average_precision`; only the settings that have it). Trend fits and
+        default), ``top5``, ``map`` (mean average precision of multi-label settings,
+        :func:`shiftbench.mean_average_precision`; only the settings that have it) or
+        ``worst_group_accuracy`` (the lowest accuracy over the non-empty groups of a setting
+        with groups, :func:`shiftbench.views.groups.group_accuracy`; its size is the worst
+        group's count, so Clopper-Pearson bars are those of that group). Trend fits and
         effective robustness then work on that metric (for mAP: logit(OOD mAP) on logit(ID mAP),
         the scale of the DeepFashion Remixed comparison). Sizes are left empty for ``map``:
         Clopper-Pearson bars apply to proportions only (mAP's interval is the stored bootstrap one).
+
+        A mapping ``{setting: metric}`` picks the metric per setting, ``accuracy`` for the
+        settings it does not name: ``metric={ood: "worst_group_accuracy"}`` puts average
+        accuracy on the ID x axis and worst-group accuracy on the OOD y axis of
+        :func:`shiftbench.effective_robustness`. ``metric`` (the attribute) is then ``mixed``.
         """
         from shiftbench.store import Store  # deferred: loads pyarrow
 
-        if metric not in STORE_METRICS:
-            raise ConfigError(did_you_mean("metric", str(metric), STORE_METRICS,
-                                           f"use one of {', '.join(STORE_METRICS)}"))
+        chosen = dict(metric) if isinstance(metric, Mapping) else {}
+        for m in chosen.values() if chosen else [metric]:
+            if m not in STORE_METRICS:
+                raise ConfigError(did_you_mean("metric", str(m), STORE_METRICS,
+                                               f"use one of {', '.join(STORE_METRICS)}"))
         res = Store(store).results()
         if res.empty:
             raise DataError(f"{store}: no finished results; run `shiftbench eval` first")
         res = res[res["convention"].isin([convention, "full"])]
-        if metric not in res or res[metric].isna().all():
-            raise DataError(f"{store}: no finished result has {STORE_METRICS[metric]}; "
-                            + ("evaluate a multi-label manifest (a 'labels' column) first" if metric == "map"
-                               else "evaluate first"))
-        res = res[res[metric].notna()]
+        have = sorted(set(res["setting"]))
+        for s in chosen:
+            if s not in have:
+                raise DataError(f"{store}: " + did_you_mean("setting", str(s), have, "metric= names settings of "
+                                                            "the store's finished results"))
+        per_row = res["setting"].map(chosen).fillna("accuracy") if chosen else pd.Series(metric, index=res.index)
+        value = pd.Series(np.nan, index=res.index)
+        size = pd.Series(np.nan, index=res.index)
+        for m in per_row.unique():
+            rows = per_row == m
+            present = m in res and res.loc[rows, m].notna().any()
+            if not present:
+                where = f"{store}: " if not chosen else f"{store}: setting {min(res.loc[rows, 'setting'])!r}: "
+                raise DataError(f"{where}no finished result has {STORE_METRICS[m]}; "
+                                + _METRIC_HINTS.get(m, "evaluate first"))
+            value[rows] = pd.to_numeric(res.loc[rows, m], errors="coerce")
+            if _METRIC_SIZES[m] is not None:
+                size[rows] = pd.to_numeric(res.loc[rows, _METRIC_SIZES[m]], errors="coerce")
+        res = res.assign(_value=value, _size=size)[value.notna()]
         res = res.sort_values(["n_examples", "finished"]).drop_duplicates(["model", "setting"], keep="last")
-        acc = res.pivot(index="model", columns="setting", values=metric).astype(float)
-        sizes = res.pivot(index="model", columns="setting", values="n_examples").astype(float)
-        if metric == "map":
-            sizes[:] = np.nan
+        acc = res.pivot(index="model", columns="setting", values="_value").astype(float)
+        sizes = res.pivot(index="model", columns="setting", values="_size").astype(float)
         meta_cols = [c for c in ("model_type", "arch", "tags", "spec") if c in res]
         meta = res.drop_duplicates("model", keep="last").set_index("model")[meta_cols]
-        notes = [] if metric == "accuracy" else [f"values are {STORE_METRICS[metric]}, not top-1 accuracy"]
+        if chosen:
+            notes = [f"{s}: values are {STORE_METRICS[m]}, not top-1 accuracy" for s, m in chosen.items()
+                     if m != "accuracy"]
+        else:
+            notes = [] if metric == "accuracy" else [f"values are {STORE_METRICS[metric]}, not top-1 accuracy"]
         tb = cls(acc, sizes, meta, name=name, source=str(store), notes=notes)
-        tb.metric = metric
+        tb.metric = "mixed" if chosen else metric
         return tb
 
     def to_frame(self) -> pd.DataFrame:

@@ -1,5 +1,8 @@
 """A CSV or Parquet manifest: one row per image with columns ``path,label[,group]``.
 
+Other columns are metadata: ``groups=colA,colB`` (the setting ``manifest:<file>?groups=colA,colB``)
+makes their value combinations the examples' groups, for worst-group accuracy.
+
 Multi-label data (several objects per image, as in DeepFashion Remixed) uses the column
 ``labels`` instead of ``label``: ``;``-separated labels per row (``3;7``, ``skirt;top``), an
 empty cell for an image with no labels. Its targets are label sets, and the engine stores every
@@ -255,7 +258,7 @@ def _realpath(full: str, parents: dict[str, str]) -> str:
 
 def manifest(path: Path | str, root: Path | str | None = None, name: str | None = None,
              label_space: str | None = None, class_names: list[str] | None = None,
-             classes: Classes | None = None) -> FileDataset:
+             classes: Classes | None = None, groups: str | Sequence[str] | None = None) -> FileDataset:
     """Images listed in a CSV or Parquet table with columns ``path``, ``label`` and optionally
     ``group``, in the table's row order.
 
@@ -277,11 +280,19 @@ def manifest(path: Path | str, root: Path | str | None = None, name: str | None 
 
     The dataset's ``label_space`` is the known space's name, else ``label_space`` or
     ``custom:<name>`` (``name`` defaults to the manifest's file stem).
+
+    **Groups.** ``groups`` names metadata columns (a list, or ``"colA,colB"`` as in the setting
+    ``manifest:<file>?groups=colA,colB``); each example's group is the combination of their
+    values written ``colA=v|colB=w`` (a missing value is empty: ``colA=``). It replaces a
+    ``group`` column, and the engine stores worst-group accuracy beside the average
+    (:func:`shiftbench.views.groups.group_accuracy`). A column the manifest lacks is a
+    :class:`DataError` naming it and the manifest's columns.
     """
     path = Path(path)
     df = _read_table(path)
     where = f"manifest {path}"
     check_table(df, where)
+    group_columns = _group_columns(df, groups, where)
     if classes is None:
         classes = class_names if class_names is not None else (label_space if label_space in KNOWN_LABEL_SPACES
                                                                 else None)
@@ -324,13 +335,45 @@ def manifest(path: Path | str, root: Path | str | None = None, name: str | None 
         targets, names, k, notes = _label_sets(df["labels"], where, row_word, first_row, space, ids)
     else:
         targets, names, k = _labels(df["label"], where, row_word, first_row, space)
-    groups = None
-    if "group" in df.columns:
-        groups = ["" if g is None or (isinstance(g, float) and pd.isna(g)) else str(g) for g in df["group"].tolist()]
+    example_groups = None
+    if group_columns:
+        example_groups = metadata_groups(df, group_columns)
+    elif "group" in df.columns:
+        example_groups = [_cell(g) for g in df["group"].tolist()]
     space_name = (space.name if space is not None else None) or label_space or f"custom:{name}"
     return FileDataset(name=name, ids=ids, targets=targets, label_space=space_name,
-                       num_classes=k, class_names=names, groups=groups, root=root, paths=paths,
+                       num_classes=k, class_names=names, groups=example_groups, root=root, paths=paths,
                        multi_label=multi, notes=notes)
+
+
+def _cell(v: Any) -> str:
+    """A metadata cell as text: ``""`` when missing, integral floats without ``.0``."""
+    if v is None or (isinstance(v, float) and pd.isna(v)):
+        return ""
+    if isinstance(v, (float, np.floating)) and float(v).is_integer():
+        return str(int(v))
+    return str(v)
+
+
+def _group_columns(df: pd.DataFrame, groups: str | Sequence[str] | None, where: str) -> list[str]:
+    """The metadata columns ``groups`` names (``"a,b"`` or a list), checked against ``df``."""
+    if groups is None:
+        return []
+    cols = [c.strip() for c in groups.split(",")] if isinstance(groups, str) else [str(c).strip() for c in groups]
+    if not cols or not all(cols):
+        raise DataError(f"{where}: groups={groups!r} names no column; give metadata columns, e.g. groups=label")
+    for c in cols:
+        if c not in df.columns:
+            raise DataError(f"{where}: no column {c!r} to group by (columns: {', '.join(map(str, df.columns))}); "
+                            "name one of them in groups=")
+    return list(dict.fromkeys(cols))
+
+
+def metadata_groups(df: pd.DataFrame, columns: Sequence[str]) -> list[str]:
+    """Each row's group: the values of ``columns`` written ``colA=v|colB=w`` (a missing value is
+    empty). The engine scores worst-group accuracy over these (:mod:`shiftbench.views.groups`)."""
+    cells = [[f"{c}={_cell(v)}" for v in df[c].tolist()] for c in columns]
+    return ["|".join(parts) for parts in zip(*cells)]
 
 
 def _listed(items: Sequence[str], n: int = 5) -> str:

@@ -16,7 +16,10 @@ Steps of :func:`run_attribute_demo`:
    left, right (medium);
 5. train one small CNN (``digits-cnn-w8`` of :mod:`shiftbench.demo.archs`, the zoo's recipe of
    :mod:`shiftbench.demo.training`) on ``train.csv`` and evaluate it with
-   :func:`shiftbench.evaluate` on ``manifest:id-test.csv`` and every ``manifest:ood-*.csv``.
+   :func:`shiftbench.evaluate` on ``manifest:id-test.csv?groups=label`` and every
+   ``manifest:ood-*.csv?groups=label``: one forward pass per split gives the average accuracy
+   and, with the digit class as the group, the worst-group accuracy (WILDS convention,
+   :mod:`shiftbench.views.groups`): the accuracy on the split's hardest digit.
 
 >>> from shiftbench.demo.attributes import run_attribute_demo
 >>> table = run_attribute_demo("shiftbench-data", "shiftbench-workspace/attributes")  # doctest: +SKIP
@@ -40,6 +43,8 @@ TRAIN = {"thickness": "medium", "slant": "upright"}
 ARCH = "digits-cnn-w8"
 MODEL_NAME = "digits-cnn-w8-medium-upright"
 STUDY_KIND = "attributes"
+#: the manifest column whose values are the groups of worst-group accuracy (the digit class)
+GROUPS = "label"
 
 
 # ----------------------------------------------------------------------------- measurements
@@ -148,7 +153,9 @@ def run_attribute_demo(data_dir: Path | str, workspace: Path | str, *, n: int | 
     ``n`` uses a seeded random sample of ``n`` of the 10,000 digits (a quick run); ``epochs``
     is the CNN's training budget. Columns: ``split, kind, attribute, value, n, accuracy``
     (percent, through :func:`shiftbench.evaluate`), ``ci_low, ci_high`` (95% Clopper-Pearson),
-    ``drop`` (accuracy minus the id-test accuracy, points), ``setting`` and the per-label sizes.
+    ``drop`` (accuracy minus the id-test accuracy, points), ``setting``, and
+    ``worst_group_accuracy, worst_group, worst_group_n`` (the digit class with the lowest
+    accuracy in the split, its accuracy and size; stored by the engine for ``?groups=label``).
     The table is also written to ``<workspace>/results.csv`` and stored as the study
     ``attributes/digits`` of the store ``<workspace>/store``; timings are in ``.attrs["times"]``.
     """
@@ -184,15 +191,19 @@ def run_attribute_demo(data_dir: Path | str, workspace: Path | str, *, n: int | 
     t0 = time.perf_counter()
     model = load_model(f"checkpoint:{weights}", arch=ARCH, name=MODEL_NAME)
     tests = [s for s in splits.names if s != "train"]
-    settings = {s: f"manifest:{files[s].resolve()}" for s in tests}
+    settings = {s: f"manifest:{files[s].resolve()}?groups={GROUPS}" for s in tests}
     res = evaluate(model, list(settings.values()), store=ws / "store", workers=0, progress=progress)
     times["evaluate"] = time.perf_counter() - t0
 
     table = split_accuracies(splits, dict(zip(res["setting"], res["accuracy"])), settings)
+    worst = res.set_index("setting")[["worst_group_accuracy", "worst_group", "worst_group_n"]]
+    table = table.join(worst, on="setting")
+    table["worst_group_n"] = table["worst_group_n"].astype(int)
     table.attrs["times"] = times
     table.attrs["n_train"] = len(train)
     table.to_csv(ws / "results.csv", index=False)
     Store(ws / "store").write_study(STUDY_KIND, "digits", table.drop(columns=["setting"]),
                                     {"source": source, "model": MODEL_NAME, "arch": ARCH, "epochs": epochs,
-                                     "seed": seed, "n_train": len(train), "train": TRAIN, "bins": splits.bins})
+                                     "seed": seed, "n_train": len(train), "train": TRAIN, "bins": splits.bins,
+                                     "groups": GROUPS})
     return table

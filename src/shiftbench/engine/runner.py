@@ -41,6 +41,7 @@ from shiftbench.shifts import get_shift
 from shiftbench.store.store import DEFAULT_STORE, Store, digest
 from shiftbench.version import __version__
 from shiftbench.views import calibration, pm_k
+from shiftbench.views.groups import group_accuracy
 from shiftbench.views.multilabel import mean_average_precision
 
 VERSION_KEY = ".".join(__version__.split(".")[:2])
@@ -193,7 +194,11 @@ def multilabel_summary(frame: pd.DataFrame, dataset: ImageDataset) -> dict[str, 
 
 
 def summarise(frame: pd.DataFrame, setting: Setting) -> dict[str, Any]:
-    """Accuracy, top-5, counts and calibration of one key's per-example rows."""
+    """Accuracy, top-5, counts and calibration of one key's per-example rows.
+
+    Where the rows carry metadata groups (a manifest's ``group`` column or ``?groups=``
+    columns; not the pm-sets of a pm-k setting, whose rows have frame offsets), also the
+    worst-group accuracy and the groups behind it (:func:`group_summary`)."""
 
     ok = frame[frame["status"] == "ok"]
     skipped = frame[frame["status"] != "ok"]
@@ -219,11 +224,26 @@ def summarise(frame: pd.DataFrame, setting: Setting) -> dict[str, Any]:
         n = len(ok)
         out.update(accuracy=float(100 * ok["correct"].mean()) if n else float("nan"),
                    top5=float(100 * ok["correct5"].mean()) if n else float("nan"), n_examples=int(n))
+        out.update(group_summary(frame, ok))
     if len(ok):
         cal = calibration(ok["confidence"].to_numpy(), ok["correct"].to_numpy(),
                           ok["p_true"].to_numpy(), ok["p_sq_sum"].to_numpy())
         out.update(ece=float(cal["ece"]), nll=float(cal["nll"]), brier=float(cal["brier"]))
     return out
+
+
+def group_summary(frame: pd.DataFrame, ok: pd.DataFrame) -> dict[str, Any]:
+    """Worst-group accuracy (WILDS convention, :func:`~shiftbench.views.groups.group_accuracy`)
+    of the scored rows ``ok`` of a key's rows ``frame``, when they carry metadata groups: the
+    keys of :data:`~shiftbench.views.groups.GROUP_KEYS`. Every group of ``frame`` is declared, so a
+    group whose examples were all skipped (undecodable) is reported with count 0 and is not the
+    worst. ``{}`` without groups, or for pm-sets (rows with frame offsets)."""
+    if "group" not in frame or frame["group"].isna().all() or frame["offset"].notna().any():
+        return {}
+    declared = frame["group"].dropna().astype(str).unique()
+    scored = ok[ok["group"].notna()]
+    return group_accuracy(scored["correct"].to_numpy(dtype=bool), scored["group"].astype(str).tolist(),
+                          declared=declared).to_dict()
 
 
 class Pass:

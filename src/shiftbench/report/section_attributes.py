@@ -4,7 +4,9 @@ A study (written by :class:`shiftbench.studies.attributes.AttributeStudy`, by
 :func:`shiftbench.demo.attributes.run_attribute_demo`, or by a user with
 ``Store.write_study("attributes", name, frame)``) has one row per split with columns ``split``,
 ``kind`` (``id-test`` or ``ood``), ``attribute``, ``value``, ``n``, ``accuracy`` and optionally
-``ci_low``/``ci_high`` (95% Clopper-Pearson) and ``drop`` (accuracy minus the ID test's). The
+``ci_low``/``ci_high`` (95% Clopper-Pearson), ``drop`` (accuracy minus the ID test's) and
+``worst_group_accuracy``/``worst_group`` (the split's worst group, WILDS convention: the demo's
+digit classes; shown in the table when present). The
 section draws accuracy per split with its interval, the ID test first, one chart per study
 (Hendrycks et al. 2021, "The Many Faces of Robustness": one attribute changed at a time).
 """
@@ -92,7 +94,9 @@ class AttributeShiftSection(Section):
         parts = ["<p>A training distribution fixed by attribute values; an in-distribution test set drawn from "
                  "it, and one test set per changed attribute value with every other attribute held at its "
                  "training values (Hendrycks et al. 2021). Bars: accuracy with its 95% Clopper-Pearson "
-                 "interval; blue the ID test, orange the shifted sets.</p>"]
+                 "interval; blue the ID test, orange the shifted sets. Where stored, the table adds the "
+                 "worst-group accuracy: the lowest accuracy over the split's non-empty groups (WILDS "
+                 "convention; for the digits, the groups are the digit classes).</p>"]
         out = ctx.out_dir / "attributes"
         out.mkdir(parents=True, exist_ok=True)
         for name, rows in frame.groupby("study", sort=True):
@@ -101,9 +105,11 @@ class AttributeShiftSection(Section):
             parts.append(f"<h3>{esc(name)}</h3>")
             parts.append(ctx.plot(_interactive(rows, title)))
             parts.append(ctx.static_figure(_static(rows, title), out / str(name)))
-            cols = [c for c in ("split", "n", "accuracy", "ci_low", "ci_high", "drop") if c in rows]
-            parts.append(small_table(rows[cols], {c: ".2f" for c in ("accuracy", "ci_low", "ci_high", "drop")
-                                                  if c in cols}))
+            cols = [c for c in ("split", "n", "accuracy", "ci_low", "ci_high", "drop", "worst_group_accuracy",
+                                "worst_group", "worst_group_n") if c in rows and rows[c].notna().any()]
+            formats = {**{c: ".2f" for c in ("accuracy", "ci_low", "ci_high", "drop", "worst_group_accuracy")},
+                       "worst_group_n": ".0f"}
+            parts.append(small_table(rows[cols], {c: f for c, f in formats.items() if c in cols}))
             parts.append(ctx.table(rows[cols], out / f"{name}-table", f"Attribute-controlled shifts: {name}"))
         anchor = ctx.anchor(self.key)
         return [Rendered(self.title, anchor, section_html(anchor, self.title, "".join(parts), level=2))]
