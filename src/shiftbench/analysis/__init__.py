@@ -13,8 +13,10 @@ from shiftbench.analysis.agreement import (
                                           average_confidence,
                                           difference_of_confidences,
                                           estimate_ood_accuracy,
+                                          estimation_errors,
                                           fit_probit_line,
                                           pairwise_agreement,
+                                          setting_errors,
 )
 from shiftbench.analysis.correlation import Correlation, robustness_correlation
 from shiftbench.analysis.corruption import corruption_accuracy, mce
@@ -54,4 +56,5 @@ __all__ = [
     "NATURAL_SHIFTS", "ShiftPair", "fit_shift", "place_models",
     "LabelFreeEstimates", "estimate_ood_accuracy", "pairwise_agreement", "fit_probit_line", "aline_s", "aline_d",
     "average_confidence", "difference_of_confidences", "atc_threshold", "atc_estimate",
+    "estimation_errors", "setting_errors",
 ]

@@ -325,3 +325,111 @@ def estimate_ood_accuracy(models: Sequence[str], pred_id: np.ndarray, correct_id
         if correct_ood is not None:
             mae[m] = float(np.nanmean(np.abs(table[f"error_{m}"]))) if table[m].notna().any() else float("nan")
     return LabelFreeEstimates(table, pairs, agreement_line, accuracy_line, test, methods, mae)
+
+
+# ---------------------------------------------------------------------------- over many shifts
+#: The ImageNet-C corruption families (Hendrycks & Dietterich 2019, Fig. 1; the grouping of
+#: ``shiftbench.shifts.corruptions``), as data so that analysis needs no torch.
+CORRUPTION_FAMILIES = {
+    "noise": ("gaussian_noise", "shot_noise", "impulse_noise", "speckle_noise"),
+    "blur": ("gaussian_blur", "defocus_blur", "glass_blur", "motion_blur", "zoom_blur"),
+    "weather": ("snow", "frost", "fog", "spatter"),
+    "digital": ("brightness", "contrast", "saturate", "elastic_transform", "pixelate", "jpeg_compression"),
+}
+#: a setting is "on the line" when the same-line test does not reject at this level
+ON_LINE_ALPHA = 0.05
+#: the label-free diagnostic: agreement is "strongly linear" when its probit fit has at least this R²
+STRONG_AGREEMENT_R2 = 0.5
+
+
+def corruption_family(setting: str) -> str | None:
+    """The ImageNet-C family of a corrupted setting (``<dataset>+<corruption>.<severity>`` or
+    ``imagenet-c.<corruption>.<severity>_<mode>``), None for any other setting."""
+    text = str(setting)
+    name = text.rsplit("+", 1)[1] if "+" in text else (text.split(".")[1] if text.startswith("imagenet-c.") else "")
+    name = name.split(".")[0]
+    return next((fam for fam, members in CORRUPTION_FAMILIES.items() if name in members), None)
+
+
+def on_the_line(res: LabelFreeEstimates, alpha: float = ON_LINE_ALPHA) -> bool | None:
+    """Whether agreement and accuracy share one probit line by :func:`same_line_test` (``p ≥ alpha``);
+    None when there is no test (no OOD labels, or too few points inside the agreement range)."""
+    t = res.line_test
+    return None if t is None or not np.isfinite(t.p_value) else bool(t.p_value >= alpha)
+
+
+def setting_errors(estimates_by_shift: dict[str, LabelFreeEstimates], families: dict[str, str] | None = None, *,
+                   alpha: float = ON_LINE_ALPHA) -> pd.DataFrame:
+    """One row per shift: its family (``families[shift]``, else :func:`corruption_family`, else
+    ``natural``), model count, both probit lines, the same-line test (``on_line``: ``p ≥ alpha``,
+    None without a test) and each method's mean absolute error over the models (pp)."""
+    rows = []
+    for shift, res in estimates_by_shift.items():
+        fam = (families or {}).get(shift) or corruption_family(shift) or "natural"
+        agr, acc, t = res.agreement_line, res.accuracy_line, res.line_test
+        rows.append({"shift": shift, "family": fam, "n_models": len(res.estimates),
+                     "agreement_slope": agr.slope if agr else np.nan, "agreement_bias": agr.bias if agr else np.nan,
+                     "agreement_r2": agr.r2 if agr else np.nan,
+                     "accuracy_slope": acc.slope if acc else np.nan, "accuracy_bias": acc.bias if acc else np.nan,
+                     "accuracy_r2": acc.r2 if acc else np.nan,
+                     "f_statistic": t.f_statistic if t else np.nan, "p_value": t.p_value if t else np.nan,
+                     "on_line": on_the_line(res, alpha),
+                     **{f"mae_{m}": res.mae.get(m, np.nan) for m in METHODS}})
+    return pd.DataFrame(rows)
+
+
+def estimation_errors(estimates_by_shift: dict[str, LabelFreeEstimates], families: dict[str, str] | None = None, *,
+                      alpha: float = ON_LINE_ALPHA, min_r2: float = STRONG_AGREEMENT_R2) -> pd.DataFrame:
+    """Mean absolute error of every method per shift family, and where agreement is on the line.
+
+    ``estimates_by_shift``: :func:`estimate_ood_accuracy` per shifted setting (with OOD labels).
+    A shift's family is ``families[shift]``, else its ImageNet-C family (:data:`CORRUPTION_FAMILIES`),
+    else ``natural``. One row per family (in order of first appearance) and a last row ``all``:
+
+    * ``mae_<method>``: ``mean |estimate − truth|`` over every (model, shift) of the family (pp);
+    * ``on_line_share``: the share (%) of its shifts where the same-line test (:class:`LineTest`,
+      Baek et al. 2022's claim that agreement and accuracy share slope and bias) does not reject at
+      ``alpha``, among those with a test (``n_tested``);
+    * ``mae_aline-d_on_line`` / ``mae_aline-d_off_line``: ALine-D's error on those two groups of
+      shifts (NaN when a group is empty);
+    * ``strong_agreement_share``, ``mae_aline-d_strong`` / ``mae_aline-d_weak``: the same split by the
+      diagnostic that needs no labels - the agreement line's R² at least ``min_r2`` (Baek et al.
+      2022: where agreement is not strongly linear, do not trust the estimate).
+    """
+    if not estimates_by_shift:
+        raise DataError("no shifts to summarise: pass at least one shift's label-free estimates")
+    per = setting_errors(estimates_by_shift, families, alpha=alpha)
+    errors = []
+    for (shift, res), fam, line in zip(estimates_by_shift.items(), per["family"], per["on_line"]):
+        e = res.estimates
+        r2 = res.agreement_line.r2 if res.agreement_line is not None else np.nan
+        frame = pd.DataFrame({"shift": shift, "family": fam, "on_line": line, "agreement_r2": r2,
+                              **{m: (e[f"error_{m}"].abs() if f"error_{m}" in e else np.nan) for m in METHODS}})
+        errors.append(frame)
+    err = pd.concat(errors, ignore_index=True)
+    groups = [(f, per["family"] == f, err["family"] == f) for f in dict.fromkeys(per["family"])]
+    groups.append(("all", per["family"].notna(), err["family"].notna()))
+    rows = []
+    for fam, sel_s, sel_e in groups:
+        s, e = per[sel_s], err[sel_e]
+        tested = s["on_line"].notna()
+        on = e["on_line"].eq(True)
+        off = e["on_line"].eq(False)
+        rows.append({"family": fam, "n_shifts": len(s), "n_estimates": len(e),
+                     **{f"mae_{m}": _mean(e[m]) for m in METHODS},
+                     "n_tested": int(tested.sum()),
+                     "on_line_share": 100.0 * float(s.loc[tested, "on_line"].astype(bool).mean())
+                     if tested.any() else np.nan,
+                     "mae_aline-d_on_line": _mean(e.loc[on, "aline-d"]),
+                     "mae_aline-d_off_line": _mean(e.loc[off, "aline-d"]),
+                     "strong_agreement_share": 100.0 * float((s["agreement_r2"] >= min_r2).mean())
+                     if s["agreement_r2"].notna().any() else np.nan,
+                     "mae_aline-d_strong": _mean(e.loc[e["agreement_r2"] >= min_r2, "aline-d"]),
+                     "mae_aline-d_weak": _mean(e.loc[e["agreement_r2"] < min_r2, "aline-d"])})
+    return pd.DataFrame(rows)
+
+
+def _mean(values: pd.Series) -> float:
+    v = pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64)
+    v = v[np.isfinite(v)]
+    return float(v.mean()) if v.size else float("nan")
