@@ -116,9 +116,16 @@ def test_every_model_with_both_accuracies_is_drawn_inside_the_axes(tb: tbmod.Tes
     assert "1 without both accuracies" in ax.get_title()
 
 
-def test_a_model_at_zero_percent_is_still_visible() -> None:
+def test_a_model_at_zero_percent_is_still_visible_in_the_all_models_view() -> None:
+    # by default the chance-level model (below the fitted range) is left to the overview panel
     tb = small_testbed(zero_model=True)
-    ax = plot_trend(tb, "val", "v2", n_resamples=0).axes[0]
+    fig = plot_trend(tb, "val", "v2", n_resamples=0)
+    assert len(fig.axes) == 2
+    overview = fig.axes[1]
+    ys = np.concatenate([c.get_offsets()[:, 1] for c in overview.collections if len(c.get_offsets())])
+    y0, y1 = overview.get_ylim()
+    assert ((ys >= y0) & (ys <= y1)).all() and len(ys) == len(tb) - 1
+    ax = plot_trend(tb, "val", "v2", n_resamples=0, zoom=False).axes[0]
     xs, ys = points(ax)
     y0, y1 = ax.get_ylim()
     assert ((ys >= y0) & (ys <= y1)).all()
@@ -126,15 +133,15 @@ def test_a_model_at_zero_percent_is_still_visible() -> None:
 
 def test_one_legend_entry_per_model_type_present(tb: tbmod.Testbed) -> None:
     ax = plot_trend(tb, "val", "v2", n_resamples=0).axes[0]
-    entries = type_entries(ax)
+    entries = type_entries(ax)        # in drawing order: the fitted-on STANDARD models last, on top
     assert entries == [
-        f"{TYPE_STYLE['STANDARD'][1]} (10)",
         f"{TYPE_STYLE['ROBUST_INTV'][1]} (1)",
         f"{TYPE_STYLE['MORE_DATA'][1]} (2)",
         "Self supervised (1)",
+        f"{TYPE_STYLE['STANDARD'][1]} (10)",
     ]
     legend = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert set(entries) <= set(legend)
+    assert [t for t in legend if t in entries] == [entries[-1], *entries[:-1]]      # the legend: usual order
     assert not any(TYPE_STYLE["LP_ADV"][1] in t for t in legend)
 
 

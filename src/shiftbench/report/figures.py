@@ -1,16 +1,32 @@
 """The scatter the field reads: shifted vs in-distribution accuracy with the fitted trend.
 
 Both axes are drawn in the chosen scaling (logit by default) with ticks labelled in percent
-accuracy; every model is a point coloured by its type with Clopper-Pearson error bars
-(99.5% as in Taori et al. 2020, Figure 1), the trend fitted on the standard models is a line
-with its bootstrap band, and ``y = x`` is dashed for reference.
+accuracy; every model is a point with Clopper-Pearson error bars (99.5% as in Taori et al.
+2020, Figure 1) whose colour and marker name its type (a colour-blind-safe palette, Okabe &
+Ito 2008; no two types share a colour and marker), the trend fitted on the standard models is
+a line with its bootstrap band, and ``y = x`` is dashed for reference.
+
+Readability rules shared with the interactive twin (:mod:`.interactive`):
+
+* **Zoom on the models that matter** (:func:`trend_views`): by default the axes start at the
+  in-distribution accuracy of the least accurate model the trend was fitted on; the models
+  below it (low-accuracy CNNs, baselines near chance) are drawn in a small overview panel with
+  every model and a rectangle marking the zoomed region (the HTML figure has an "all models"
+  button instead).
+* **The fitted-on models are drawn on top** of the other types, and highlighted models on top
+  of everything: larger gold stars with a black outline, labelled in free space.
+* **Legends sit outside the plotting area**, to the right.
+* **Dense testbeds** (more than :data:`DENSE_POINTS` models, e.g. timm's 1,556) get small
+  translucent markers.
 """
 from __future__ import annotations
 
 import sys
 
 from collections.abc import Callable, Iterable
+from functools import lru_cache
 from pathlib import Path
+from typing import NamedTuple
 
 import matplotlib
 
@@ -19,6 +35,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.patches import Rectangle  # noqa: E402
 
 from shiftbench.analysis.intervals import accuracy_interval  # noqa: E402
 from shiftbench.analysis.scaling import inverse, transform  # noqa: E402
@@ -26,22 +44,156 @@ from shiftbench.analysis.trend import DEFAULT_FIT_ON, Band, TrendFit, bootstrap_
 from shiftbench.errors import ConfigError  # noqa: E402
 from shiftbench.testbed import Testbed  # noqa: E402
 
-#: Colours and legend labels per model type (others get the fallback colour, labelled by type).
+#: Colours (Okabe & Ito's colour-blind-safe palette) and legend labels per model type; the
+#: legend lists types in this order. Types not listed get a colour and marker of their own from
+#: :data:`EXTRA_COLOURS` / :data:`EXTRA_MARKERS` (:func:`type_looks`).
 TYPE_STYLE: dict[str, tuple[str, str]] = {
-    "STANDARD": ("#1f77b4", "Standard training"),
-    "ROBUST_INTV": ("#2ca02c", "Robustness intervention"),
-    "LP_ADV": ("#ff7f0e", "Lp adversarially robust"),
-    "MORE_DATA": ("#d62728", "Trained with more data"),
-    "LOW_ACCURACY_CNN": ("#9467bd", "Low-accuracy CNN"),
-    "UNKNOWN": ("#7f7f7f", "Unknown type"),
+    "STANDARD": ("#0072B2", "Standard training"),
+    "ROBUST_INTV": ("#009E73", "Robustness intervention"),
+    "LP_ADV": ("#D55E00", "Lp adversarially robust"),
+    "MORE_DATA": ("#E69F00", "Trained with more data"),
+    "LOW_ACCURACY_CNN": ("#56B4E9", "Low-accuracy CNN"),
+    "UNKNOWN": ("#999999", "Unknown type"),
 }
-FALLBACK_COLOUR = "#8c564b"
+#: Matplotlib marker per model type of :data:`TYPE_STYLE`.
+TYPE_MARKER: dict[str, str] = {
+    "STANDARD": "o", "ROBUST_INTV": "s", "LP_ADV": "^", "MORE_DATA": "D", "LOW_ACCURACY_CNN": "v", "UNKNOWN": "X",
+}
+#: Colours for the other model types (the rest of Okabe-Ito, then Paul Tol's muted scheme),
+#: paired with :data:`EXTRA_MARKERS` so that no two types share a colour and a marker.
+EXTRA_COLOURS = ("#CC79A7", "#000000", "#F0E442", "#882255", "#44AA99", "#999933", "#332288", "#AA4499")
+EXTRA_MARKERS = ("P", "h", "p", "<", ">", "d", "8", "X")
+FALLBACK_COLOUR = EXTRA_COLOURS[0]
+#: Plotly's name of each matplotlib marker used above.
+PLOTLY_SYMBOL = {"o": "circle", "s": "square", "^": "triangle-up", "D": "diamond", "v": "triangle-down",
+                 "X": "x", "P": "cross", "h": "hexagon", "p": "pentagon", "<": "triangle-left",
+                 ">": "triangle-right", "d": "diamond-tall", "8": "octagon"}
 #: How the models a user asks to highlight are drawn: a gold star with a black edge, on top of
-#: every other point, labelled in free space with a leader line (no model type uses this colour).
+#: every other point, labelled in free space with a leader line (no model type uses this colour
+#: or marker).
 HIGHLIGHT_COLOUR = "#ffd400"
 HIGHLIGHT_LABEL = "your models"
+#: Above this many models a trend figure uses small translucent markers.
+DENSE_POINTS = 500
+#: Padding of every view, as a fraction of its span in scaled units.
+VIEW_PAD = 0.06
 TICKS = [0.001, 0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 20, 30, 40, 50, 60, 70, 80, 90, 95, 98, 99, 99.5, 99.9, 99.99]
 FORMATS = (".png", ".svg", ".pdf")
+
+
+class TypeLook(NamedTuple):
+    """How one model type is drawn: fill colour, matplotlib marker, legend label, marker edge."""
+
+    colour: str
+    marker: str
+    label: str
+    edge: str
+
+
+def _type_label(t: str) -> str:
+    return TYPE_STYLE[t][1] if t in TYPE_STYLE else t.replace("_", " ").capitalize()
+
+
+def type_looks(types: Iterable[str]) -> dict[str, TypeLook]:
+    """Colour, marker and label of each model type, in :data:`TYPE_STYLE` order, then the rest in
+    order of appearance; the rest take (colour, marker) pairs from :data:`EXTRA_COLOURS` x
+    :data:`EXTRA_MARKERS`, skipping pairs already taken, so no two types look alike (for up to
+    64 extra types; beyond that pairs repeat). Light fills (yellow) get a dark edge."""
+    ordered = sorted(dict.fromkeys(types), key=lambda t: list(TYPE_STYLE).index(t) if t in TYPE_STYLE else len(TYPE_STYLE))
+    out: dict[str, TypeLook] = {}
+    taken = {(c, TYPE_MARKER[t]) for t, (c, _) in TYPE_STYLE.items()}
+    n_c, n_m, k = len(EXTRA_COLOURS), len(EXTRA_MARKERS), 0
+    for t in ordered:
+        if t in TYPE_STYLE:
+            colour, marker = TYPE_STYLE[t][0], TYPE_MARKER[t]
+        else:
+            for _ in range(n_c * n_m):
+                colour, marker = EXTRA_COLOURS[k % n_c], EXTRA_MARKERS[(k + k // n_c) % n_m]
+                k += 1
+                if (colour, marker) not in taken:
+                    break
+            taken.add((colour, marker))
+        out[t] = TypeLook(colour, marker, _type_label(t), "#444444" if colour in ("#F0E442",) else "white")
+    return out
+
+
+def draw_order(types: Iterable[str], fitted: Iterable[str]) -> list[str]:
+    """Model types in the order their points are drawn: the types the trend was not fitted on
+    first, then the fitted-on types (``fitted``), so that the models the line is fitted on are
+    never hidden under the others."""
+    looks = list(type_looks(types))
+    fitted = set(fitted)
+    return [t for t in looks if t not in fitted] + [t for t in looks if t in fitted]
+
+
+def fitted_types(frame, fit: TrendFit | None) -> list[str]:
+    """The model types of ``fit``'s models found in ``frame`` (the :data:`DEFAULT_FIT_ON` types
+    when there is no fit, or a fit that does not list its models)."""
+    if fit is not None and len(fit.models):
+        return list(dict.fromkeys(frame["model_type"][frame.index.isin(fit.models)]))
+    return list(DEFAULT_FIT_ON) if fit is None or fit.fit_on == () else list(fit.fit_on)
+
+
+class View(NamedTuple):
+    """Axis limits in scaled units."""
+
+    x_lo: float
+    x_hi: float
+    y_lo: float
+    y_hi: float
+
+
+def _padded(x_lo: float, x_hi: float, y_lo: float, y_hi: float) -> View:
+    x_pad = VIEW_PAD * max(x_hi - x_lo, 1e-3)
+    y_pad = VIEW_PAD * max(y_hi - y_lo, 1e-3)
+    return View(x_lo - x_pad, x_hi + x_pad, y_lo - y_pad, y_hi + y_pad)
+
+
+def trend_views(xs: np.ndarray, ys: np.ndarray, fit: TrendFit | None,
+                keep: np.ndarray | None = None) -> tuple[View, View, np.ndarray]:
+    """``(all_models, zoomed, inside)``: the two views of a trend figure and which models the
+    zoomed one shows (``xs``, ``ys``: every model's scaled accuracies).
+
+    *All models*: every point, with ``y = x`` kept in view at the top.
+
+    *Zoomed* (the default view), the rule: the x axis runs from the in-distribution accuracy of
+    the least accurate model the trend was fitted on (``fit.x_range[0]``) - or of a ``keep``
+    model (a highlighted one) below it - to the most accurate model; the y axis covers the
+    models inside that x range and the trend across it. Both are padded by :data:`VIEW_PAD` of
+    their span. On imagenet-reference's ImageNetV2 this is about 53-91% ImageNet accuracy, which
+    leaves out the 115 low-accuracy CNNs and the chance-level baselines. Without a fit, or when
+    no model lies below the fitted range, both views are the same.
+    """
+    xs, ys = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
+    full = _padded(float(xs.min()), float(xs.max()), float(ys.min()), max(float(ys.max()), float(xs.max())))
+    if fit is None or not np.isfinite(fit.x_range[0]):
+        return full, full, np.ones(len(xs), dtype=bool)
+    start = float(transform(fit.x_range[0], fit.scale))
+    if keep is not None and np.any(keep):
+        start = min(start, float(xs[keep].min()))
+    inside = xs >= start - 1e-9
+    if inside.all() or not inside.any():
+        return full, full, np.ones(len(xs), dtype=bool)
+    x_hi = float(xs[inside].max())
+    line = fit.predict_scaled(np.array([start, x_hi]))
+    y_lo = min(float(ys[inside].min()), float(line.min()))
+    y_hi = max(float(ys[inside].max()), float(line.max()))
+    return full, _padded(start, x_hi, y_lo, y_hi), inside
+
+
+@lru_cache(maxsize=256)
+def setting_words(setting: str) -> str:
+    """A setting in words for an axis title: its registered description up to the first comma
+    ("ImageNetV2 matched-frequency"), else its name."""
+    from shiftbench.settings import list_settings  # deferred: the registry is only read for titles
+
+    description = list_settings().get(setting)
+    return description.split(",")[0].strip() if description else setting
+
+
+def axis_title(setting: str, scale: str) -> str:
+    """``Accuracy on <setting in words> (<scale> scale)``."""
+    return f"Accuracy on {setting_words(setting)} ({scale} scale)"
 
 
 def _ticks(lo: float, hi: float, scale: str, max_ticks: int = 9) -> list[float]:
@@ -77,15 +229,25 @@ def plot_trend(
     highlight: Iterable[str] = (),
     title: str | None = None,
     ax: Axes | None = None,
+    zoom: bool = True,
 ) -> Figure:
     """Draw ``y`` against ``x`` for every model of ``testbed`` with the fitted trend.
 
     ``fit`` defaults to :func:`~shiftbench.analysis.fit_trend` on ``fit_on`` (STANDARD);
     ``band`` to its bootstrap band with ``n_resamples`` (0 draws no band); ``ci`` is the
-    Clopper-Pearson level of the error bars. ``highlight`` names models (your own, say) to draw
-    on top of every other point as gold stars, listed in the legend as "your models" and
-    labelled in free space - preferably above the trend, away from every marker and the legend -
-    with a thin leader line to the point (:func:`place_labels`).
+    Clopper-Pearson level of the error bars. Each model type has its own colour and marker
+    (:func:`type_looks`); the types the trend was fitted on are drawn on top of the others.
+    ``highlight`` names models (your own, say) to draw on top of every other point as large gold
+    stars with a black outline, listed in the legend as "your models" and labelled in free
+    space - preferably above the trend, away from every marker and from each other - with a thin
+    leader line to the point (:func:`place_labels`). The legend sits to the right of the axes.
+
+    With ``zoom`` (the default) the axes show the models that matter (the rule is
+    :func:`trend_views`: from the least accurate fitted-on model up); when that leaves models
+    out, a small second panel at the bottom right shows all of them with a rectangle marking
+    the zoomed region (only on a figure made here, not when drawing into a given ``ax``).
+    ``fig.axes[0]`` is always the main axes. Above :data:`DENSE_POINTS` models the markers are
+    small and translucent.
     """
     if fit is None:
         fit = fit_trend(x, y, scale, testbed=testbed, fit_on=fit_on)
@@ -95,80 +257,121 @@ def plot_trend(
     frame, skipped = testbed.paired(x, y)
     marked = [m for m in dict.fromkeys(testbed.check_model(m) for m in highlight) if m in frame.index]
     is_marked = frame.index.isin(marked)
-    if ax is None:
-        fig, ax = plt.subplots(figsize=(6.4, 5.6), dpi=120)
-    else:
-        fig = ax.figure
 
     # points clipped like the fit (half an example at 0% / 100%), limits padded in scaled space
     xs = transform(frame["x_acc"], scale, frame["x_n"])
     ys = transform(frame["y_acc"], scale, frame["y_n"])
-    x_lo, x_hi = float(xs.min()), float(xs.max())
-    y_lo, y_hi = float(ys.min()), max(float(ys.max()), x_hi)   # keep y = x in view at the top
-    x_pad = 0.06 * max(x_hi - x_lo, 1e-3)
-    y_pad = 0.06 * max(y_hi - y_lo, 1e-3)
-    x_lo, x_hi, y_lo, y_hi = x_lo - x_pad, x_hi + x_pad, y_lo - y_pad, y_hi + y_pad
-    x_lo_pct, x_hi_pct = float(inverse(x_lo, scale)), float(inverse(x_hi, scale))
-    lo_pct, hi_pct = float(inverse(y_lo, scale)), float(inverse(y_hi, scale))
+    full, view, inside = trend_views(xs, ys, fit if zoom else None, is_marked)
+    zoomed = view != full
+    if ax is None:
+        fig = plt.figure(figsize=(9.2, 5.8), dpi=120)
+        ax = fig.add_axes((0.08, 0.095, 0.56, 0.79))
+        overview = fig.add_axes((0.745, 0.095, 0.225, 0.30)) if zoomed else None
+        made_here = True
+    else:
+        fig, overview, made_here = ax.figure, None, False
+    dense = len(frame) > DENSE_POINTS
+    looks = type_looks(frame["model_type"])
+    order = draw_order(looks, fitted_types(frame, fit))
 
-    # y = x and the trend with its band
-    grid = np.linspace(x_lo, x_hi, 200)
-    ax.plot(grid, grid, ls="--", color="0.45", lw=1, label="y = x", zorder=1)
+    # y = x and the trend with its band, across every model (the overview shows all of them)
+    grid = np.linspace(full.x_lo, full.x_hi, 300)
+    diag, = ax.plot(grid, grid, ls="--", color="0.45", lw=1, label="y = x", zorder=1)
     label = f"{fit.kind.capitalize()} fit ({fit.n_models} models, slope {fit.slope:.2f}, $r^2$ {fit.r2:.3f})"
-    ax.plot(grid, fit.predict_scaled(grid), color="black", lw=1.6, label=label, zorder=3)
+    trend, = ax.plot(grid, fit.predict_scaled(grid), color="black", lw=1.6, label=label, zorder=3)
+    handles = [diag, trend]
     if band is not None:
         gx = transform(band.grid, scale)
         fx_lo, fx_hi = transform(fit.x_range[0], scale), transform(fit.x_range[1], scale)
         keep = (gx >= max(grid[0], fx_lo)) & (gx <= min(grid[-1], fx_hi))
-        ax.fill_between(gx[keep], band.lower_scaled[keep], band.upper_scaled[keep],
-                        color="black", alpha=0.15, lw=0, label=f"{band.confidence:.0%} bootstrap band", zorder=2)
+        handles.append(ax.fill_between(gx[keep], band.lower_scaled[keep], band.upper_scaled[keep], color="black",
+                                       alpha=0.15, lw=0, label=f"{band.confidence:.0%} bootstrap band", zorder=2))
 
-    # points with Clopper-Pearson bars, one legend entry per type
+    # points with Clopper-Pearson bars, one legend entry per type, the fitted-on types drawn last
     xl, xh = accuracy_interval(frame["x_acc"], frame["x_n"], ci)
     yl, yh = accuracy_interval(frame["y_acc"], frame["y_n"], ci)
-    types = list(dict.fromkeys(frame["model_type"]))
-    types.sort(key=lambda t: list(TYPE_STYLE).index(t) if t in TYPE_STYLE else len(TYPE_STYLE))
 
     def bars(sel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         xerr = np.abs(np.vstack([xs[sel] - transform(xl[sel], scale), transform(xh[sel], scale) - xs[sel]]))
         yerr = np.abs(np.vstack([ys[sel] - transform(yl[sel], scale), transform(yh[sel], scale) - ys[sel]]))
         return np.where(np.isfinite(xerr), xerr, 0.0), np.where(np.isfinite(yerr), yerr, 0.0)
 
-    for mtype in types:
+    size, alpha = (POINT_SIZE_DENSE, 0.35) if dense else (POINT_SIZE, 0.85)
+    by_type = {}
+    for rank, mtype in enumerate(order):
         sel = (frame["model_type"] == mtype).to_numpy() & ~is_marked
         if not sel.any():
             continue
-        colour, name = TYPE_STYLE.get(mtype, (FALLBACK_COLOUR, mtype.replace("_", " ").capitalize()))
-        xerr, yerr = bars(sel)
-        ax.errorbar(xs[sel], ys[sel], xerr=xerr, yerr=yerr, fmt="o", ms=4.2, color=colour, ecolor=colour,
-                    elinewidth=0.6, alpha=0.85, mec="white", mew=0.4, label=f"{name} ({sel.sum()})", zorder=4)
+        look = looks[mtype]
+        xerr, yerr = (None, None) if dense else bars(sel)      # a dense cloud reads better without bars
+        z = 4 + rank / (10 * len(order))
+        ax.errorbar(xs[sel], ys[sel], xerr=xerr, yerr=yerr, fmt=look.marker, ms=size, color=look.colour,
+                    ecolor=look.colour, elinewidth=0.6, alpha=alpha, mec=look.edge, mew=0 if dense else 0.4,
+                    label=f"{look.label} ({sel.sum()})", zorder=z)
+        # the legend shows an opaque marker without bars
+        by_type[mtype] = Line2D([], [], ls="none", marker=look.marker, ms=5, color=look.colour, mec=look.edge,
+                                mew=0.4, label=f"{look.label} ({sel.sum()})")
+        if overview is not None:
+            overview.scatter(xs[sel], ys[sel], s=4 if not dense else 1.5, marker=look.marker, color=look.colour,
+                             alpha=alpha, linewidths=0, zorder=z)
+    handles += [by_type[t] for t in looks if t in by_type]          # the legend lists types in TYPE_STYLE order
     if marked:
         at = np.array([frame.index.get_loc(m) for m in marked])        # in the order of ``marked``
         xerr, yerr = bars(at)
         ax.errorbar(xs[at], ys[at], xerr=xerr, yerr=yerr, fmt="none", ecolor="black", elinewidth=0.7, zorder=5)
-        ax.scatter(xs[at], ys[at], marker="*", s=STAR_SIZE ** 2, c=HIGHLIGHT_COLOUR,
-                   edgecolors="black", linewidths=0.8, label=f"{HIGHLIGHT_LABEL} ({len(marked)})", zorder=6)
+        handles.append(ax.scatter(xs[at], ys[at], marker="*", s=STAR_SIZE ** 2, c=HIGHLIGHT_COLOUR,
+                                  edgecolors="black", linewidths=0.8, label=f"{HIGHLIGHT_LABEL} ({len(marked)})",
+                                  zorder=6))
+        if overview is not None:
+            overview.scatter(xs[at], ys[at], marker="*", s=40, c=HIGHLIGHT_COLOUR, edgecolors="black",
+                             linewidths=0.5, zorder=6)
 
-    xticks = _ticks(x_lo_pct, x_hi_pct, scale)
-    yticks = _ticks(lo_pct, hi_pct, scale)
-    ax.set_xticks(transform(xticks, scale), [_fmt(t) for t in xticks])
-    ax.set_yticks(transform(yticks, scale), [_fmt(t) for t in yticks])
-    ax.set_xlim(grid[0], grid[-1])
-    ax.set_ylim(y_lo, y_hi)
-    ax.set_xlabel(f"{x} accuracy ({scale} scale)")
-    ax.set_ylabel(f"{y} accuracy ({scale} scale)")
+    _set_view(ax, view, scale)
+    ax.set_xlabel(axis_title(x, scale))
+    ax.set_ylabel(axis_title(y, scale))
     ax.grid(True, color="0.9", lw=0.6)
     subtitle = f"{len(frame)} models" + (f", {skipped} without both accuracies" if skipped else "")
+    if zoomed:
+        subtitle += f" ({int((~inside).sum())} below the fitted range: small panel)"
     ax.set_title((title or f"{y} vs {x}") + f"\n{testbed.name}: {subtitle}", fontsize=10)
-    legend = ax.legend(loc="upper left", fontsize=7, framealpha=0.9)
-    fig.tight_layout()
+    legend = ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0,
+                       fontsize=7, framealpha=0.9)
+    if overview is not None:
+        _draw_overview(overview, full, view, fit, scale, len(frame))
+    if not made_here:
+        fig.tight_layout()
     if marked:
-        _label_highlighted(ax, marked, xs[at], ys[at], xs, ys, legend, fit)
+        _label_highlighted(ax, marked, xs[at], ys[at], xs, ys, legend, fit, size)
     return fig
 
 
-#: Marker sizes (points) of the highlighted stars and of every other model's point.
-STAR_SIZE, POINT_SIZE = 13.0, 4.2
+def _set_view(ax: Axes, view: View, scale: str, max_ticks: int = 9) -> None:
+    """Limits in scaled units, ticks labelled in percent."""
+    for setter, lim, lo, hi in ((ax.set_xticks, ax.set_xlim, view.x_lo, view.x_hi),
+                                (ax.set_yticks, ax.set_ylim, view.y_lo, view.y_hi)):
+        ticks = _ticks(float(inverse(lo, scale)), float(inverse(hi, scale)), scale, max_ticks)
+        setter(transform(ticks, scale), [_fmt(t) for t in ticks])
+        lim(lo, hi)
+
+
+def _draw_overview(ov: Axes, full: View, view: View, fit: TrendFit, scale: str, n: int) -> None:
+    """The small panel: every model, ``y = x``, the trend, and a rectangle around the main view."""
+    grid = np.linspace(full.x_lo, full.x_hi, 100)
+    ov.plot(grid, grid, ls="--", color="0.45", lw=0.7, zorder=1)
+    ov.plot(grid, fit.predict_scaled(grid), color="black", lw=0.9, zorder=3)
+    ov.add_patch(Rectangle((view.x_lo, view.y_lo), view.x_hi - view.x_lo, view.y_hi - view.y_lo, fill=False,
+                           ec="#D55E00", lw=1.2, ls="-", zorder=7))
+    _set_view(ov, full, scale, max_ticks=5)
+    ov.tick_params(labelsize=6, length=2, pad=1)
+    ov.grid(True, color="0.92", lw=0.5)
+    ov.set_title(f"All {n} models (box: main view)", fontsize=7, pad=3)
+    ov.set_xlabel("in-distribution", fontsize=6, labelpad=1)
+    ov.set_ylabel("shifted", fontsize=6, labelpad=1)
+
+
+#: Marker sizes (points) of the highlighted stars and of every other model's point (dense testbeds:
+#: the smaller size).
+STAR_SIZE, POINT_SIZE, POINT_SIZE_DENSE = 13.0, 4.6, 2.6
 
 
 def place_labels(
@@ -219,8 +422,9 @@ def place_labels(
 
 
 def _label_highlighted(ax: Axes, marked: list[str], mx: np.ndarray, my: np.ndarray, xs: np.ndarray, ys: np.ndarray,
-                       legend, fit: TrendFit) -> None:
-    """Label the highlighted points in free space (display pixels) with leader lines."""
+                       legend, fit: TrendFit, point_size: float = 4.6) -> None:
+    """Label the highlighted points in free space (display pixels) with leader lines; no label
+    covers a marker, another label or the legend (:func:`place_labels`)."""
     fig = ax.figure
     renderer = fig.canvas.get_renderer()
     to_px = ax.transData.transform
@@ -231,7 +435,7 @@ def _label_highlighted(ax: Axes, marked: list[str], mx: np.ndarray, my: np.ndarr
     px = fig.dpi / 72.0
     points = to_px(np.column_stack([xs, ys]))
     stars = to_px(np.column_stack([mx, my]))
-    radius = np.full(len(points), POINT_SIZE / 2 * px + 1.5)
+    radius = np.full(len(points), point_size / 2 * px + 1.5)
     area = ax.get_window_extent(renderer)
     inv = ax.transData.inverted()
 
@@ -341,13 +545,10 @@ class FigureWriter:
 
 
 def _type_legend_scatter(ax: Axes, frame, xcol: str, ycol: str) -> None:
-    types = list(dict.fromkeys(frame["model_type"]))
-    types.sort(key=lambda t: list(TYPE_STYLE).index(t) if t in TYPE_STYLE else len(TYPE_STYLE))
-    for mtype in types:
+    for mtype, look in type_looks(frame["model_type"]).items():
         sub = frame[frame["model_type"] == mtype]
-        colour, name = TYPE_STYLE.get(mtype, (FALLBACK_COLOUR, mtype.replace("_", " ").capitalize()))
-        ax.scatter(sub[xcol], sub[ycol], s=18, color=colour, alpha=0.85, edgecolors="white", linewidths=0.4,
-                   label=f"{name} ({len(sub)})", zorder=3)
+        ax.scatter(sub[xcol], sub[ycol], s=18, marker=look.marker, color=look.colour, alpha=0.85,
+                   edgecolors=look.edge, linewidths=0.4, label=f"{look.label} ({len(sub)})", zorder=3)
 
 
 def plot_synthetic_vs_natural(frame, *, natural_label: str, r: float | None = None,

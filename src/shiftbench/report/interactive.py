@@ -17,10 +17,23 @@ import plotly.graph_objects as go
 from shiftbench.analysis.intervals import accuracy_interval
 from shiftbench.analysis.scaling import inverse, transform
 from shiftbench.analysis.trend import Band, TrendFit
-from shiftbench.report.figures import HIGHLIGHT_COLOUR, HIGHLIGHT_LABEL, TYPE_STYLE, _fmt, _ticks, place_labels
-
-#: Colours for model types without a style of their own, cycled in order of appearance.
-EXTRA_COLOURS = ("#8c564b", "#e377c2", "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39")
+from shiftbench.report.figures import (
+    DENSE_POINTS,
+    EXTRA_COLOURS,
+    HIGHLIGHT_COLOUR,
+    HIGHLIGHT_LABEL,
+    PLOTLY_SYMBOL,
+    TYPE_STYLE,
+    View,
+    _fmt,
+    _ticks,
+    axis_title,
+    draw_order,
+    fitted_types,
+    place_labels,
+    trend_views,
+    type_looks,
+)
 FONT = dict(family="system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif", size=12, color="#222")
 GRID = "#e6e6e6"
 #: The plot area (pixels) labels of highlighted models are placed for: the height is fixed by the
@@ -38,16 +51,9 @@ def plotly_text(text: object) -> str:
 
 
 def type_styles(types: Sequence[str]) -> dict[str, tuple[str, str]]:
-    """Colour and legend label of each model type, in :data:`TYPE_STYLE` order, then the rest."""
-    ordered = sorted(dict.fromkeys(types), key=lambda t: list(TYPE_STYLE).index(t) if t in TYPE_STYLE else len(TYPE_STYLE))
-    out, extra = {}, 0
-    for t in ordered:
-        if t in TYPE_STYLE:
-            out[t] = TYPE_STYLE[t]
-        else:
-            out[t] = (EXTRA_COLOURS[extra % len(EXTRA_COLOURS)], t.replace("_", " ").capitalize())
-            extra += 1
-    return out
+    """Colour and legend label of each model type, in :data:`TYPE_STYLE` order, then the rest
+    (:func:`~shiftbench.report.figures.type_looks` adds each type's marker)."""
+    return {t: (look.colour, look.label) for t, look in type_looks(types).items()}
 
 
 def _round(values: np.ndarray | pd.Series, digits: int) -> list[float | None]:
@@ -55,13 +61,20 @@ def _round(values: np.ndarray | pd.Series, digits: int) -> list[float | None]:
     return [None if not np.isfinite(v) else float(v) for v in arr]
 
 
-def _layout(fig: go.Figure, title: str, x_title: str, y_title: str, height: int = 560) -> None:
+def _layout(fig: go.Figure, title: str, x_title: str, y_title: str, height: int = 560, *,
+            legend_outside: bool = False, top: int = 70) -> None:
+    """The house layout: the title at the top left of the figure, in a top margin of ``top``
+    pixels, so the modebar (top right, shown on hover) never sits on it; the legend inside the
+    plot's top left corner or, with ``legend_outside``, to the right of the plot area."""
+    legend = (dict(x=1.02, y=1.0, xanchor="left", yanchor="top") if legend_outside
+              else dict(x=0.01, y=0.99, xanchor="left", yanchor="top"))
     fig.update_layout(
         template="none", height=height, font=FONT, paper_bgcolor="white", plot_bgcolor="white",
-        title=dict(text=title, x=0.012, xanchor="left", font=dict(size=14)),
-        margin=dict(l=70, r=20, t=60, b=60), hovermode="closest",
-        legend=dict(bgcolor="rgba(255,255,255,0.85)", bordercolor="#ccc", borderwidth=1,
-                    x=0.01, y=0.99, xanchor="left", yanchor="top", font=dict(size=11)),
+        title=dict(text=title, x=0.012, xanchor="left", y=1.0, yref="container", yanchor="top",
+                   pad=dict(t=10), font=dict(size=14)),
+        margin=dict(l=70, r=20, t=top, b=60), hovermode="closest",
+        legend=dict(bgcolor="rgba(255,255,255,0.85)", bordercolor="#ccc", borderwidth=1, font=dict(size=11),
+                    **legend),
         hoverlabel=dict(align="left", font=dict(size=12)))
     axis = dict(showgrid=True, gridcolor=GRID, zeroline=False, linecolor="#888", showline=True, mirror=True,
                 ticks="outside", tickcolor="#888")
@@ -81,27 +94,37 @@ def trend_figure(
     scale: str = "logit",
     ci: float = 0.995,
     highlight: Sequence[str] = (),
+    zoom: bool = True,
 ) -> go.Figure:
     """Shifted against in-distribution accuracy in ``scale`` coordinates (ticks in percent).
 
     ``frame`` is :meth:`Testbed.paired` output (``x_acc, y_acc, x_n, y_n, model_type``, indexed
     by model). With ``fit``: the trend, its ``band`` (drawn over the fitted models' x range)
     and, for a piecewise trend, the pivot. Points carry ``ci`` Clopper-Pearson bars and hover
-    with the model's name, type, both accuracies and (with ``er``) effective robustness.
-    ``highlight`` models (those in ``frame``) are drawn last, as gold stars in a trace named
-    "your models", each labelled by an annotation placed in free space with a leader line.
+    with the model's name, type, both accuracies and (with ``er``) effective robustness. Each
+    model type has its own colour and marker; the fitted-on types are drawn after (on top of)
+    the others, and the legend, to the right of the plot, lists types in the usual order.
+    ``highlight`` models (those in ``frame``) are drawn last, as large gold stars with a black
+    outline in a trace named "your models", each labelled by an annotation placed in free space
+    with a leader line.
+
+    With ``zoom`` (the default) the axes open on the models that matter (the rule is
+    :func:`~shiftbench.report.figures.trend_views`: from the least accurate fitted-on model up)
+    and two buttons above the plot switch between "zoom: models that matter" and "all N models";
+    without a fit, or when the zoom leaves no model out, there are no buttons. Above
+    :data:`~shiftbench.report.figures.DENSE_POINTS` models the markers are small and translucent.
     """
     scale = fit.scale if fit is not None else scale
     fig = go.Figure()
     xs = transform(frame["x_acc"], scale, frame["x_n"])
     ys = transform(frame["y_acc"], scale, frame["y_n"])
-    x_lo, x_hi = float(xs.min()), float(xs.max())
-    y_lo, y_hi = float(ys.min()), max(float(ys.max()), x_hi)
-    x_pad, y_pad = 0.06 * max(x_hi - x_lo, 1e-3), 0.06 * max(y_hi - y_lo, 1e-3)
-    x_lo, x_hi, y_lo, y_hi = x_lo - x_pad, x_hi + x_pad, y_lo - y_pad, y_hi + y_pad
+    marked = [m for m in dict.fromkeys(highlight) if m in frame.index]
+    is_marked = frame.index.isin(marked)
+    full, view, inside = trend_views(xs, ys, fit if zoom else None, is_marked)
+    x_lo, x_hi = full.x_lo, full.x_hi               # lines run across every model, for the "all" view
 
     fig.add_trace(go.Scatter(x=[x_lo, x_hi], y=[x_lo, x_hi], mode="lines", name="y = x", hoverinfo="skip",
-                             line=dict(color="#777", dash="dash", width=1)))
+                             line=dict(color="#777", dash="dash", width=1), legendrank=1))
     if fit is not None and band is not None:
         gx = transform(band.grid, scale)
         fx_lo, fx_hi = transform(fit.x_range[0], scale), transform(fit.x_range[1], scale)
@@ -111,7 +134,7 @@ def trend_figure(
             by = np.concatenate([band.upper_scaled[keep], band.lower_scaled[keep][::-1]])
             fig.add_trace(go.Scatter(
                 x=_round(bx, 4), y=_round(by, 4), mode="lines", fill="toself", fillcolor="rgba(0,0,0,0.13)",
-                line=dict(width=0), hoverinfo="skip", name=f"{band.confidence:.0%} bootstrap band"))
+                line=dict(width=0), hoverinfo="skip", name=f"{band.confidence:.0%} bootstrap band", legendrank=3))
     if fit is not None:
         knots = [x_lo, x_hi]
         if fit.kind == "piecewise":
@@ -120,7 +143,7 @@ def trend_figure(
         label = (f"{fit.kind.capitalize()} fit ({fit.n_models} models, slope {fit.slope:.2f}, "
                  f"r² {fit.r2:.3f})")
         fig.add_trace(go.Scatter(x=_round(knots, 4), y=_round(fit.predict_scaled(knots), 4), mode="lines",
-                                 name=label, hoverinfo="skip", line=dict(color="black", width=2)))
+                                 name=label, hoverinfo="skip", line=dict(color="black", width=2), legendrank=2))
         if fit.kind == "piecewise":
             pivot = float(getattr(fit, "pivot"))
             fig.add_vline(x=float(transform(pivot, scale)), line=dict(color="#555", dash="dot", width=1),
@@ -136,11 +159,10 @@ def trend_figure(
     err = {k: np.where(np.isfinite(v), np.abs(v), 0.0) for k, v in err.items()}
     er_values = er["effective_robustness"].reindex(frame.index) if er is not None else None
     names = [plotly_text(m) for m in frame.index]
-    marked = [m for m in dict.fromkeys(highlight) if m in frame.index]
-    is_marked = frame.index.isin(marked)
-    styles = type_styles(list(frame["model_type"]))
+    looks = type_looks(frame["model_type"])
+    dense = len(frame) > DENSE_POINTS
 
-    def points(idx: np.ndarray, name: str, type_text: str | None, marker: dict, bar_colour: str) -> go.Scatter:
+    def points(idx: np.ndarray, name: str, type_text: str | None, marker: dict, bar_colour: str | None) -> go.Scatter:
         xa, ya = _round(frame["x_acc"].to_numpy()[idx], 2), _round(frame["y_acc"].to_numpy()[idx], 2)
         custom = [[names[i], a, b] for i, a, b in zip(idx, xa, ya)]
         er_line = ""
@@ -148,45 +170,76 @@ def trend_figure(
             custom = [c + [e] for c, e in zip(custom, _round(er_values.to_numpy()[idx], 2))]
             er_line = "<br>effective robustness: %{customdata[3]:+.2f} pp"
         if type_text is None:               # a mixed trace (your models): each point's type in its hover
-            custom = [c + [plotly_text(f"{styles[t][1]} ({t})")]
+            custom = [c + [plotly_text(f"{looks[t].label} ({t})")]
                       for c, t in zip(custom, frame["model_type"].to_numpy()[idx])]
             type_text = "%{customdata[" + str(len(custom[0]) - 1) + "]}"
+        bars = {}
+        if bar_colour is not None:          # a dense cloud reads better without bars
+            bars = dict(
+                error_x=dict(type="data", symmetric=False, array=_round(err["xp"][idx], 4),
+                             arrayminus=_round(err["xm"][idx], 4), color=bar_colour, thickness=0.7, width=0),
+                error_y=dict(type="data", symmetric=False, array=_round(err["yp"][idx], 4),
+                             arrayminus=_round(err["ym"][idx], 4), color=bar_colour, thickness=0.7, width=0))
         return go.Scatter(
             x=_round(xs[idx], 4), y=_round(ys[idx], 4), mode="markers", name=name, customdata=custom,
             hovertemplate=("<b>%{customdata[0]}</b><br>" + type_text + "<br>" +
                            plotly_text(x) + ": %{customdata[1]:.2f}%<br>" + plotly_text(y) +
                            ": %{customdata[2]:.2f}%" + er_line + "<extra></extra>"),
-            marker=marker,
-            error_x=dict(type="data", symmetric=False, array=_round(err["xp"][idx], 4),
-                         arrayminus=_round(err["xm"][idx], 4), color=bar_colour, thickness=0.7, width=0),
-            error_y=dict(type="data", symmetric=False, array=_round(err["yp"][idx], 4),
-                         arrayminus=_round(err["ym"][idx], 4), color=bar_colour, thickness=0.7, width=0))
+            marker=marker, **bars)
 
-    for mtype, (colour, label) in styles.items():
+    rank = {t: 10 + i for i, t in enumerate(looks)}        # legend in the usual type order
+    for mtype in draw_order(looks, fitted_types(frame, fit)):
         idx = np.flatnonzero((frame["model_type"] == mtype).to_numpy() & ~is_marked)
-        if len(idx):
-            fig.add_trace(points(idx, plotly_text(f"{label} ({len(idx)})"), plotly_text(f"{label} ({mtype})"),
-                                 dict(color=colour, size=7, opacity=0.85, line=dict(color="white", width=0.5)),
-                                 colour))
+        if not len(idx):
+            continue
+        look = looks[mtype]
+        marker = dict(color=look.colour, symbol=PLOTLY_SYMBOL.get(look.marker, "circle"),
+                      size=POINT_PX_DENSE if dense else POINT_PX, opacity=0.35 if dense else 0.85,
+                      line=dict(color=look.edge, width=0 if dense else 0.5))
+        trace = points(idx, plotly_text(f"{look.label} ({len(idx)})"), plotly_text(f"{look.label} ({mtype})"),
+                       marker, None if dense else look.colour)
+        trace.legendrank = rank[mtype]
+        fig.add_trace(trace)
     if marked:
         at = np.array([frame.index.get_loc(m) for m in marked])
-        fig.add_trace(points(at, HIGHLIGHT_LABEL, None, dict(color=HIGHLIGHT_COLOUR, size=STAR_PX, symbol="star",
-                                                               line=dict(color="black", width=1)), "black"))
-        legend_rows = [str(t.name) for t in fig.data if t.showlegend is not False]
-        _annotate_highlighted(fig, [names[i] for i in at], xs[at], ys[at], xs, ys, (x_lo, x_hi, y_lo, y_hi),
-                              fit, legend_rows)
+        trace = points(at, HIGHLIGHT_LABEL, None, dict(color=HIGHLIGHT_COLOUR, size=STAR_PX, symbol="star",
+                                                       line=dict(color="black", width=1)), "black")
+        trace.legendrank = 100
+        fig.add_trace(trace)
+        _annotate_highlighted(fig, [names[i] for i in at], xs[at], ys[at], xs, ys, tuple(view), fit, [])
 
-    _layout(fig, plotly_text(title), plotly_text(f"{x} accuracy ({scale} scale)"),
-            plotly_text(f"{y} accuracy ({scale} scale)"))
-    for axis, lo, hi in (("x", x_lo, x_hi), ("y", y_lo, y_hi)):
-        ticks = _ticks(float(inverse(lo, scale)), float(inverse(hi, scale)), scale)
-        update = fig.update_xaxes if axis == "x" else fig.update_yaxes
-        update(range=[lo, hi], tickmode="array", tickvals=_round(transform(ticks, scale), 4),
-               ticktext=[_fmt(t) for t in ticks])
+    zoomed = view != full
+    _layout(fig, plotly_text(title), plotly_text(axis_title(x, scale)), plotly_text(axis_title(y, scale)),
+            height=600 if zoomed else 560, legend_outside=True, top=100 if zoomed else 70)
+    fig.update_layout(legend_itemsizing="constant")           # small dense markers stay visible there
+    fig.update_xaxes(tickmode="array")
+    fig.update_yaxes(tickmode="array")
+    fig.update_layout(_view_layout(view, scale))
+    if zoomed:
+        n_out = int((~inside).sum())
+        fig.update_layout(updatemenus=[dict(
+            type="buttons", direction="right", showactive=True, active=0, x=0.0, xanchor="left", y=1.0,
+            yanchor="bottom", pad=dict(b=8, l=0), bgcolor="white", bordercolor="#bbb", font=dict(size=11),
+            buttons=[dict(label="zoom: models that matter", method="relayout", args=[_view_layout(view, scale)]),
+                     dict(label=f"all {len(frame)} models ({n_out} more)", method="relayout",
+                          args=[_view_layout(full, scale)])])])
     return fig
 
 
-STAR_PX = 17
+def _view_layout(view: View, scale: str) -> dict:
+    """The relayout of both axes to ``view``: ranges and ticks in percent (flat keys, so the same
+    dict serves ``update_layout`` and a button's ``relayout``)."""
+    out = {}
+    for axis, lo, hi in (("xaxis", view.x_lo, view.x_hi), ("yaxis", view.y_lo, view.y_hi)):
+        ticks = _ticks(float(inverse(lo, scale)), float(inverse(hi, scale)), scale)
+        out[f"{axis}.range"] = [round(lo, 4), round(hi, 4)]
+        out[f"{axis}.tickvals"] = _round(transform(ticks, scale), 4)
+        out[f"{axis}.ticktext"] = [_fmt(t) for t in ticks]
+    return out
+
+
+#: Marker sizes (pixels): highlighted stars, every other model's point, points of a dense testbed.
+STAR_PX, POINT_PX, POINT_PX_DENSE = 17, 7, 4
 LABEL_FONT = 11
 
 
@@ -194,8 +247,10 @@ def _annotate_highlighted(fig: go.Figure, labels: list[str], mx: np.ndarray, my:
                           ys: np.ndarray, view: tuple[float, float, float, float], fit: TrendFit | None,
                           legend_rows: list[str]) -> None:
     """One annotation per highlighted point: the label's box in free space (placed in an assumed
-    :data:`PLOT_AREA` of pixels, text and legend sizes estimated from their characters), its
-    centre given in data coordinates (``axref="x"``) and a leader line to the point."""
+    :data:`PLOT_AREA` of pixels showing ``view``, text and legend sizes estimated from their
+    characters; ``legend_rows`` empty: the legend is outside the plot), its centre given in data
+    coordinates (``axref="x"``) and a leader line to the point. Labels never overlap each other
+    or a marker in that area (:func:`~shiftbench.report.figures.place_labels`)."""
     x_lo, x_hi, y_lo, y_hi = view
     width, height = PLOT_AREA
     sx, sy = width / (x_hi - x_lo), height / (y_hi - y_lo)
@@ -206,7 +261,8 @@ def _annotate_highlighted(fig: go.Figure, labels: list[str], mx: np.ndarray, my:
     char = 0.62 * LABEL_FONT
     sizes = np.array([[char * len(t) + 10, LABEL_FONT * 1.35 + 8] for t in labels])
     longest = max((len(r) for r in legend_rows), default=0)
-    blocked = [(0.0, height - (10 + 19 * len(legend_rows)) - 0.01 * height, 0.01 * width + 46 + char * longest, height)]
+    blocked = ([(0.0, height - (10 + 19 * len(legend_rows)) - 0.01 * height, 0.01 * width + 46 + char * longest,
+                 height)] if legend_rows else [])                     # a legend inside the plot, top left
     if fit is not None and fit.kind == "piecewise":                           # the pivot's note, bottom right
         p = (float(transform(getattr(fit, "pivot"), fit.scale)) - x_lo) * sx
         blocked.append((p, 0.0, p + 0.62 * 10 * 14 + 8, 10 * 1.35 + 8))
