@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
                                     "shiftbench.analysis.similarity", "shiftbench.analysis.informativeness",
                                     "shiftbench.analysis.diagnostics", "shiftbench.analysis.trajectory",
                                     "shiftbench.views.classmap", "shiftbench.views.multilabel",
-                                    "shiftbench.analysis.hypotheses"])
+                                    "shiftbench.analysis.hypotheses", "shiftbench.analysis.transfer",
+                                    "shiftbench.analysis.transferability", "shiftbench.analysis.multilabel"])
 def test_docstring_examples_run(module):
     result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0
