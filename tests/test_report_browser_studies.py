@@ -73,3 +73,30 @@ def test_hostile_names_in_studies_are_text_and_run_nothing(loaded):
     for anchor in SECTIONS:
         text = page.page.evaluate("a => document.getElementById(a).textContent", anchor)
         assert XSS in text, anchor
+
+
+def test_study_sections_at_1400px_screenshot_and_nothing_overflows_or_is_covered(loaded, tmp_path):
+    from test_report_layout import layout_problems
+
+    page, _ = loaded
+    page.page.set_viewport_size({"width": 1400, "height": 900})
+    page.page.wait_for_timeout(300)
+    for anchor in SECTIONS:
+        shot = tmp_path / f"{anchor}.png"
+        page.page.locator(f"[id='{anchor}']").screenshot(path=str(shot))
+        assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 5_000, anchor
+    assert layout_problems(page.page) == {"toolbar over title": [], "labels outside": [], "wide sections": []}
+
+
+def test_trajectory_is_drawn_in_its_own_colour_with_the_epoch_axis_in_words(loaded):
+    page, _ = loaded
+    info = page.page.evaluate("""() => {
+        const divs = [...document.getElementById('tb-tiny-fine-tuning').querySelectorAll('.js-plotly-plot')];
+        const scatter = divs[0], er = divs[1];
+        const trend = scatter.data.find(t => (t.name || '').includes('fit'));
+        const traj = scatter.data.find(t => (t.name || '').startsWith('trajectory:'));
+        return {trend: trend.line.color, traj: traj.line.color, axis: er.layout.xaxis.title.text,
+                ticks: er.layout.xaxis.ticktext}; }""")
+    assert info["traj"] != info["trend"] and info["traj"].lower() not in ("black", "#000", "#000000", "#111111")
+    assert info["axis"] == "fine-tuning epoch (log scale)"
+    assert info["ticks"][0] == "0" and "1" in info["ticks"]

@@ -9,12 +9,15 @@ PNG, SVG and PDF (matplotlib, :mod:`.figures`) and every table as CSV, Markdown 
 
 The page is built from the section registry (:mod:`.sections`): with ``highlight``, first
 "Your models" (their effective robustness, interval and rank on every shift); then per testbed
-an overview, one interactive scatter per natural shift (trend, bootstrap band, y = x,
-Clopper-Pearson bars, colour by model type, hover with name, type, accuracies and effective
-robustness; ImageNet-A with its piecewise trend; highlighted models as labelled stars on top),
-synthetic vs natural effective robustness, and the sortable table of every model; then
-report-wide sections such as calibration from a results store. A section without data is left
-out; a shift whose trend cannot be fitted says why.
+an overview, the interactive scatter of each shift, one at a time behind a selector (trend,
+bootstrap band, y = x, Clopper-Pearson bars, colour by model type, hover with name, type,
+accuracies and effective robustness; ImageNet-A with its piecewise trend; highlighted models as
+labelled stars on top; a family of shifts such as one per corruption is one group of the
+selector), synthetic vs natural effective robustness, and the sortable table of every model
+(metadata, accuracy and effective robustness on every shift); then report-wide sections such as
+calibration from a results store. A section without data is left out; a shift whose trend
+cannot be fitted says why. The sticky table of contents folds each testbed's sections under it,
+so every section is at most two clicks away.
 
 Example
 -------
@@ -82,12 +85,25 @@ def _csp(document: str) -> str:
             "img-src data: blob:; font-src data:; connect-src 'none'; base-uri 'none'; form-action 'none'")
 
 
+#: With more table-of-contents entries than this, each testbed's list starts folded.
+TOC_OPEN_ENTRIES = 24
+
+
 def _toc(groups: Sequence[tuple[str, str, list[Rendered]]]) -> str:
+    """The sticky side bar: one entry per testbed and report-wide section; a testbed's sections
+    are a ``<details>`` list under it, so every section is at most two clicks from any place on the
+    page (open the testbed, pick the section). The lists start open when the whole is short."""
+    open_ = " open" if sum(len(c) for _, _, c in groups) + len(groups) <= TOC_OPEN_ENTRIES else ""
     items = []
     for title, anchor, children in groups:
+        link = f'<a href="#{esc(anchor)}">{esc(title)}</a>'
+        if not children:
+            items.append(f"<li>{link}</li>")
+            continue
         sub = "".join(f'<li><a href="#{esc(c.anchor)}">{esc(c.title)}</a></li>' for c in children)
-        items.append(f'<li><a href="#{esc(anchor)}">{esc(title)}</a>' + (f"<ul>{sub}</ul>" if sub else "") + "</li>")
-    return f'<nav class="sb-toc" aria-label="Contents"><ul>{"".join(items)}</ul></nav>'
+        items.append(f"<li><details{open_}><summary>{link}</summary><ul>{sub}</ul></details></li>")
+    return (f'<nav class="sb-toc" aria-label="Contents"><p class="sb-toc-title">Contents</p>'
+            f'<ul>{"".join(items)}</ul></nav>')
 
 
 def _check_testbeds(testbeds: Sequence[Testbed]) -> list[Testbed]:
@@ -179,7 +195,7 @@ def _body(ctx: ReportContext, title: str) -> str:
         blocks.append(r.html)
     ctx.step("writing index.html")
     names = ", ".join(f"{t.testbed.name} ({len(t.testbed)} models)" for t in ctx.testbeds)
-    return (f'<header class="sb-header"><h1>{esc(title)}</h1>'
+    return (f'<header class="sb-header" id="top"><h1>{esc(title)}</h1>'
             f"<p>Effective robustness under distribution shift: {esc(names)}.</p>"
             f"<p>Generated {esc(time.strftime('%Y-%m-%d %H:%M'))} by shiftbench. Figures: drag to zoom, "
             "double-click to reset, click a legend entry to hide or show a model type. Static figures "

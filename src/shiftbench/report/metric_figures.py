@@ -82,8 +82,8 @@ def r2_heatmap_figure(diag: pd.DataFrame, *, title: str) -> go.Figure:
         colorscale="Viridis", text=text, texttemplate="%{text}", hovertext=hover, hoverinfo="text",
         colorbar=dict(title=dict(text="r²"))))
     fig.update_layout(template="none", font=FONT, title=dict(text=plotly_text(title), x=0.012, font=dict(size=14)),
-                      height=int(140 + 28 * len(r2)), margin=dict(l=220, r=20, t=60, b=40),
-                      yaxis=dict(autorange="reversed"), paper_bgcolor="white", plot_bgcolor="white")
+                      height=int(140 + 28 * len(r2)), margin=dict(l=20, r=20, t=60, b=40),
+                      yaxis=dict(autorange="reversed", automargin=True), paper_bgcolor="white", plot_bgcolor="white")
     return fig
 
 
@@ -154,5 +154,6 @@ def informativeness_figure(top: pd.DataFrame, *, title: str) -> go.Figure:
                          zeroline=True, zerolinecolor="#888", gridcolor="#e6e6e6", row=i, col=1)
     fig.update_layout(template="none", font=FONT, showlegend=False, paper_bgcolor="white", plot_bgcolor="white",
                       title=dict(text=plotly_text(title), x=0.012, font=dict(size=14)),
-                      height=int(120 + len(groups) * (70 + 24 * k)), margin=dict(l=280, r=20, t=80, b=50))
+                      height=int(120 + len(groups) * (70 + 24 * k)), margin=dict(l=20, r=20, t=80, b=50))
+    fig.update_yaxes(automargin=True)   # the setting names set the left margin: none is cut off
     return fig

@@ -89,8 +89,9 @@ class InformativenessSection(Section):
                                                            "score_id": f"{x} only %", "score_metric": "+ setting %",
                                                            "n_models": "n"})
         shown["n"] = shown["n"].astype(int)
-        parts.append(small_table(shown, {"rank": "d", "gain": "+.1f", "s.d.": ".1f", f"{x} only %": ".1f",
-                                         "+ setting %": ".1f", "n": "d"}))
+        parts.append(f"<details><summary>The top {len(shown)} in numbers</summary>"
+                     + small_table(shown, {"rank": "d", "gain": "+.1f", "s.d.": ".1f", f"{x} only %": ".1f",
+                                           "+ setting %": ".1f", "n": "d"}) + "</details>")
         parts.append(ctx.table(with_method_columns(ranking), tb.dir / "informativeness",
                                f"Informativeness of every setting beyond {x} accuracy on {t.name} "
                                f"(recipe {info['name']}: {info['paper']})", "Full ranking"))

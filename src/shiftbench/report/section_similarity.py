@@ -25,7 +25,9 @@ from shiftbench.report.sections import (
     ReportContext,
     Section,
     TestbedReport,
+    choice_html,
     esc,
+    pair_html,
     register_section,
     section_html,
     slug,
@@ -112,19 +114,21 @@ class SimilaritySection(Section):
                     "not drawn" if shifted and shown[0] not in shifted else "")
             parts.append(f'<p class="sb-note">{len(shown)} of {len(settings)} settings shown (those with the most '
                          f"models{left}); <code>shiftbench similarity --setting S</code> computes any setting.</p>")
-        for setting in shown:
-            parts.append(self._setting(ctx, setting))
+        if len(shown) == 1:
+            parts.append(self._setting(ctx, shown[0]))
+        else:   # one setting at a time: a selector over the settings, not one pair of matrices after another
+            parts.append(choice_html("Setting", [(setting, ctx.anchor(self.key, setting), self._setting(ctx, setting))
+                                                 for setting in shown]))
         anchor = ctx.anchor(self.key)
         return [Rendered(self.title, anchor, section_html(anchor, self.title, "".join(parts), level=2))]
 
     def _setting(self, ctx: ReportContext, setting: str) -> str:
         assert ctx.store is not None
-        title = f"Similarity on {setting}"
-        anchor = ctx.anchor(self.key, setting)
+        head = f"<h3>Similarity on {esc(setting)}</h3>"
         try:
             matrix = correctness_matrix(ctx.store, setting, models=self._models(ctx, setting))
         except ShiftbenchError as exc:
-            return section_html(anchor, title, f'<p class="sb-reason">Not computed: {esc(exc)}.</p>')
+            return head + f'<p class="sb-reason">Not computed: {esc(exc)}.</p>'
         sim = model_similarity(matrix)
         out_stem = ctx.out_dir / "similarity" / slug(setting)
         out_stem.parent.mkdir(parents=True, exist_ok=True)
@@ -138,8 +142,8 @@ class SimilaritySection(Section):
         if matrix.n_models > MAX_MODELS:
             parts.append(f'<p class="sb-note">The matrices show {MAX_MODELS} of the {matrix.n_models} models, evenly '
                          "spaced in accuracy; the CSV has every pair.</p>")
-        parts.append(ctx.plot(similarity_heatmap(sim, "dominance_probability")))
-        parts.append(ctx.plot(similarity_heatmap(sim, "error_consistency")))
+        parts.append(pair_html(ctx.plot(similarity_heatmap(sim, "dominance_probability"), half=True),
+                               ctx.plot(similarity_heatmap(sim, "error_consistency"), half=True)))
         parts.append(ctx.static_figure(plot_similarity_matrices(sim), out_stem))
         parts.append(f"<h4>Most dissimilar pairs (top {min(TOP_PAIRS, len(sim.pairs))} by dominance probability)</h4>")
         parts.append(small_table(dissimilar_pairs(sim.pairs), {"acc. less %": ".2f", "acc. more %": ".2f",
@@ -147,7 +151,7 @@ class SimilaritySection(Section):
         sim.pairs.to_csv(out_stem.with_name(out_stem.name + "-pairs.csv"), index=False)
         parts.append(f'<p class="sb-files">Every pair: {ctx.link(out_stem.with_name(out_stem.name + "-pairs.csv"))}</p>')
         parts.append(self._unsolved(ctx, matrix, out_stem))
-        return section_html(anchor, title, "".join(parts))
+        return head + "".join(parts)
 
     def _unsolved(self, ctx: ReportContext, matrix, out_stem) -> str:
         n_std = sum(t == STANDARD for t in matrix.model_types)

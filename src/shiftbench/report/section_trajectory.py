@@ -116,21 +116,22 @@ class TrajectorySection(Section):
         body = [head, f"<ul>{''.join(lines)}</ul>"]
         stem = tb.dir / f"trajectory_{slug(y)}_vs_{slug(x)}"
         title = f"Fine-tuning trajectories ({tb.testbed.name}): {y} vs {x}"
+        by = "epoch" if all(e["epoch"].notna().all() for e in ers.values()) else "step"
+        er_title = f"Effective robustness on {y} during fine-tuning ({tb.testbed.name})"
+        # one above the other: the scatter keeps its legend beside it, which a half-width figure cannot
         body.append(ctx.plot(trajectory_figure(tb.testbed, x, y, ers, fit=fit, band=band, title=title)))
+        body.append(ctx.plot(trajectory_er_figure(ers, by=by, title=er_title)))
         if ctx.figure_formats:
             body.append(ctx.static_figure(plot_trajectory(tb.testbed, x, y, ers, fit=fit, band=band, title=title),
                                           stem))
-        by = "epoch" if all(e["epoch"].notna().all() for e in ers.values()) else "step"
-        er_title = f"Effective robustness on {y} during fine-tuning ({tb.testbed.name})"
-        body.append(ctx.plot(trajectory_er_figure(ers, by=by, title=er_title)))
-        if ctx.figure_formats:
             body.append(ctx.static_figure(plot_trajectory_er(ers, by=by, title=er_title), stem.with_name(stem.name + "_er")))
         table = pd.concat([e.assign(trajectory=n) for n, e in ers.items()], ignore_index=True)
         table = table[["trajectory", "step", "epoch", "x_acc", "y_acc", "predicted_y_acc", "effective_robustness"]]
         shown = table.rename(columns={"x_acc": f"{x} %", "y_acc": f"{y} %", "predicted_y_acc": "trend %",
                                       "effective_robustness": "ER (pp)"})
-        body.append(small_table(shown, {"step": "d", "epoch": ".2f", f"{x} %": ".2f", f"{y} %": ".2f",
-                                        "trend %": ".2f", "ER (pp)": "+.2f"}))
+        body.append(f"<details><summary>Every checkpoint ({len(shown)} rows)</summary>"
+                    + small_table(shown, {"step": "d", "epoch": ".2f", f"{x} %": ".2f", f"{y} %": ".2f",
+                                          "trend %": ".2f", "ER (pp)": "+.2f"}) + "</details>")
         body.append(ctx.table(table, stem, f"Fine-tuning trajectories on {tb.testbed.name}: {y} vs {x}"))
         return "".join(body)
 

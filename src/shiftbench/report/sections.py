@@ -44,19 +44,32 @@ from shiftbench.errors import ConfigError, ShiftbenchError
 from shiftbench.report.figures import (
     FigureWriter,
     FORMATS,
+    TYPE_STYLE,
     plot_calibration,
     plot_corruption_correlation,
     plot_synthetic_vs_natural,
     plot_trend,
 )
-from shiftbench.report.interactive import calibration_figure, correlation_bars, synthetic_figure, trend_figure
+from shiftbench.report.interactive import (
+    EXTRA_COLOURS,
+    calibration_figure,
+    correlation_bars,
+    plotly_text,
+    synthetic_figure,
+    trend_figure,
+)
 from shiftbench.report.shifts import ShiftAnalysis, fits_table
 from shiftbench.report.tables import placement_table, write_table
 from shiftbench.store import Store
 from shiftbench.testbed import Testbed
 
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True,
-                 "toImageButtonOptions": {"format": "svg", "filename": "shiftbench-figure"}}
+                 "toImageButtonOptions": {"format": "svg", "filename": "shiftbench-figure"},
+                 # a short toolbar (download, zoom, pan, reset) leaves room for the title beside it
+                 "modeBarButtonsToRemove": ["select2d", "lasso2d", "zoomIn2d", "zoomOut2d", "autoScale2d",
+                                            "hoverClosestCartesian", "hoverCompareCartesian", "toggleSpikelines"]}
+#: Width (px) of a figure's box on a 1,400 px page, full and in a pair, and of plotly's toolbar.
+PLOT_WIDTH, HALF_WIDTH, TOOLBAR = 980, 530, 130
 #: The natural shift that synthetic robustness is compared with (Taori et al. 2020, Figure 5).
 NATURAL_REFERENCE = "ImageNetV2"
 
@@ -146,8 +159,11 @@ class ReportContext:
         self._anchors.add(name)
         return name
 
-    def plot(self, fig: go.Figure) -> str:
-        """The HTML of an interactive figure (plotly.js itself is inlined once, in the head)."""
+    def plot(self, fig: go.Figure, half: bool = False) -> str:
+        """The HTML of an interactive figure (plotly.js itself is inlined once, in the head);
+        ``half``: drawn half the page wide (:func:`pair_html`). A title that would run under
+        plotly's toolbar is moved below it (:func:`clear_toolbar`)."""
+        clear_toolbar(fig, HALF_WIDTH if half else PLOT_WIDTH)
         height = int(fig.layout.height or 500)
         div = pio.to_html(fig, full_html=False, include_plotlyjs=False, config=PLOTLY_CONFIG,
                           div_id=f"sb-plot-{next(self._ids)}", default_width="100%", default_height=f"{height}px",
@@ -173,6 +189,21 @@ class ReportContext:
         """Write ``frame`` as CSV, Markdown and LaTeX; returns the links."""
         paths = write_table(frame, stem, caption=caption)
         return f'<p class="sb-files">{esc(what)}: {" · ".join(self.link(p) for p in paths)}</p>'
+
+
+def clear_toolbar(fig: go.Figure, width: int) -> go.Figure:
+    """Move a title that would reach plotly's toolbar (top right, shown on hover) below it: the
+    title's width is estimated from its characters (``0.55 em`` each) against a ``width`` px box."""
+    title = fig.layout.title
+    text = re.sub(r"<[^>]+>", "", str(title.text or ""))
+    size = (title.font.size if title.font and title.font.size else 14)
+    if not text or 12 + 0.55 * size * len(text) < width - TOOLBAR:
+        return fig
+    height = int(fig.layout.height or 500)
+    top = fig.layout.margin.t if fig.layout.margin and fig.layout.margin.t is not None else 80
+    fig.update_layout(title=dict(yref="container", y=1 - 34 / height, yanchor="top"),
+                      margin=dict(t=max(int(top), 34 + int(size * 1.4) + 22)))
+    return fig
 
 
 # ---------------------------------------------------------------------------- registry
@@ -229,6 +260,11 @@ def small_table(frame: pd.DataFrame, numeric: dict[str, str]) -> str:
                 cells.append(f"<td>{esc(v)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     return f'<table class="sb-small"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+
+
+def pair_html(left: str, right: str) -> str:
+    """Two figures side by side on a wide page (one above the other on a narrow one)."""
+    return f'<div class="sb-pair"><div>{left}</div><div>{right}</div></div>'
 
 
 # ---------------------------------------------------------------------------- front sections
@@ -311,23 +347,44 @@ def _missing_setting(t: Testbed, a: ShiftAnalysis) -> str:
 @register_section
 class ShiftSections(Section):
     """Per shift: the interactive scatter with its trend, the fit, and the top models; a shift
-    whose trend cannot be fitted shows why (and its points, if any)."""
+    whose trend cannot be fitted shows why (and its points, if any). The shifts of a testbed are
+    one section showing one shift at a time (:func:`choice_html`), so that a testbed with many
+    shifts (ten corruptions, say) stays one figure tall; each shift keeps its anchor."""
 
-    key, title = "shifts", "Natural distribution shifts"
+    key, title = "shifts", "Distribution shifts"
     top = 5
 
     def available(self, ctx: ReportContext, tb: TestbedReport | None) -> bool:
         return tb is not None and bool(tb.analysed)
 
     def render(self, ctx: ReportContext, tb: TestbedReport | None) -> list[Rendered]:
+        """One section for all shifts of the testbed, one scatter at a time behind a selector
+        (a family of shifts, e.g. one per corruption, is one group of options); the table of
+        contents links each shift (each family once), and a link selects its scatter."""
         assert tb is not None
-        out = []
-        for a in tb.analysed:
-            ctx.step(f"{tb.testbed.name}: drawing {a.shift.label}")
-            anchor = ctx.anchor(tb.anchor, a.shift.slug)
+        items, entries = [], []
+        for family, members in shift_families(tb.analysed):
+            for j, a in enumerate(members):
+                ctx.step(f"{tb.testbed.name}: drawing {a.shift.label}")
+                anchor = ctx.anchor(tb.anchor, a.shift.slug)
+                head = f"<h4>{esc(a.shift.label)}: {esc(a.shift.y)} vs {esc(a.shift.x)}</h4>"
+                option = a.shift.label.split(": ", 1)[1] if family else a.shift.label
+                items.append((option, anchor, head + self._body(ctx, tb, a), family))
+                if j == 0:
+                    entries.append(Rendered(f"{family} ({len(members)})" if family else a.shift.label, anchor, ""))
+        anchor = ctx.anchor(tb.anchor, self.key)
+        n = len(items)
+        if n == 1:
+            a = tb.analysed[0]
             title = f"{a.shift.label}: {a.shift.y} vs {a.shift.x}"
-            out.append(Rendered(a.shift.label, anchor, section_html(anchor, title, self._body(ctx, tb, a))))
-        return out
+            return [Rendered(a.shift.label, items[0][1],
+                             section_html(items[0][1], title, items[0][2].split("</h4>", 1)[1]))]
+        title = f"{self.title} ({n})"
+        note = (f'<p class="sb-note">{n} shifts, one scatter at a time: pick a shift below (the Overview has every '
+                "fit, and the All models table every model's accuracy and effective robustness on each shift side "
+                "by side).</p>")
+        body = note + choice_html("Shift", items)
+        return [Rendered(title, anchor, section_html(anchor, title, body)), *entries]
 
     def _body(self, ctx: ReportContext, tb: TestbedReport, a: ShiftAnalysis) -> str:
         t, shift = tb.testbed, a.shift
@@ -371,6 +428,55 @@ class ShiftSections(Section):
                                   "95% low": "+.2f", "95% high": "+.2f"}))
         return "".join(parts)
 
+
+#: Shifts labelled ``"<family>: <member>"`` are drawn as one section with a selector when the
+#: family has at least this many members (the digits testbed's ten corruptions).
+MIN_FAMILY = 3
+
+
+def shift_families(analyses: Sequence[ShiftAnalysis]) -> list[tuple[str | None, list[ShiftAnalysis]]]:
+    """The analyses in page order, those of one family (labels ``"<family>: <member>"``, at least
+    :data:`MIN_FAMILY` of them) gathered at the place of the first: ``[(family or None, members)]``."""
+    def family(a: ShiftAnalysis) -> str | None:
+        return a.shift.label.split(": ", 1)[0] if ": " in a.shift.label else None
+
+    counts = pd.Series([family(a) for a in analyses], dtype=object).value_counts()
+    out: list[tuple[str | None, list[ShiftAnalysis]]] = []
+    seen: dict[str, list[ShiftAnalysis]] = {}
+    for a in analyses:
+        f = family(a)
+        if f is None or counts.get(f, 0) < MIN_FAMILY:
+            out.append((None, [a]))
+        elif f in seen:
+            seen[f].append(a)
+        else:
+            seen[f] = [a]
+            out.append((f, seen[f]))
+    return out
+
+
+def choice_html(label: str, items: Sequence[tuple]) -> str:
+    """One block of the page per item, shown one at a time by a ``<select>`` (``report.js``; the
+    first is shown, and without JavaScript all are): ``items`` are (option text, element id, HTML)
+    or (option text, element id, HTML, group): consecutive items of one group share an
+    ``<optgroup>``. Keeps a family of near-identical figures (one per corruption, one per
+    setting) one figure tall."""
+    options, group, i = [], None, 0
+    for i, item in enumerate(items):
+        text, g = item[0], (item[3] if len(item) > 3 else None)
+        if g != group:
+            if group is not None:
+                options.append("</optgroup>")
+            if g is not None:
+                options.append(f'<optgroup label="{esc(g)}">')
+            group = g
+        options.append(f'<option value="{i}">{esc(text)}</option>')
+    if group is not None:
+        options.append("</optgroup>")
+    blocks = "".join(f'<div class="sb-choice" id="{esc(item[1])}" data-choice="{i}">{item[2]}</div>'
+                     for i, item in enumerate(items))
+    return (f'<div class="sb-chooser"><label class="sb-choose">{esc(label)}: <select>{"".join(options)}</select> '
+            f'<span class="sb-note">({len(items)} in all)</span></label>{blocks}</div>')
 
 def _synthetic(ctx: ReportContext, tb: TestbedReport) -> tuple[pd.DataFrame, ShiftAnalysis, str] | None:
     """Synthetic effective robustness and the natural shift it is compared with, cached per
@@ -437,76 +543,140 @@ class SyntheticSection(Section):
                     else f" No correlation: {esc(overall['note'])}.") + "</p>"]
         left_out = syn.attrs.get("left_out") or []
         if left_out:
-            parts.append(f'<p class="sb-note">Left out as gaps in the data ({len(left_out)} setting{"s" if len(left_out) > 1 else ""}): a model has '
+            parts.append(f'<details class="sb-note"><summary>Left out as gaps in the data ({len(left_out)} '
+                         f'setting{"s" if len(left_out) > 1 else ""})</summary><p class="sb-note">A model has '
                          "every other severity of the corruption but not these, so averaging over them would drop "
-                         "it: " + ", ".join(f"<code>{esc(s)}</code>" for s in left_out) + ".</p>")
-        title = f"Synthetic vs natural effective robustness ({tb.testbed.name}; recipe per-setting)"
-        parts.append(ctx.plot(synthetic_figure(frame, natural_label=label, r=r, title=title)))
-        parts.append(ctx.static_figure(plot_synthetic_vs_natural(frame, natural_label=label, r=r,
-                                                                 title="Synthetic vs natural effective robustness "
-                                                                 "(recipe per-setting)"),
-                                       tb.dir / "synthetic_vs_natural"))
+                         "it: " + ", ".join(f"<code>{esc(s)}</code>" for s in left_out) + ".</p></details>")
+        title = f"Synthetic vs natural ({tb.testbed.name})"   # half a page wide, with "(Pearson r = ...)" added
+        parts.append(f'<p class="sb-note">Right: which corruptions predict natural robustness - Pearson r between '
+                     f"each corruption's effective robustness (mean over its severities) and effective robustness on "
+                     f"{esc(label)}, over the same models.</p>")
+        parts.append(pair_html(
+            ctx.plot(synthetic_figure(frame, natural_label=label, r=r, title=title), half=True),
+            ctx.plot(correlation_bars(corr, natural_label=label,
+                                      title=f"Per corruption: Pearson r with {label} ({tb.testbed.name})"), half=True)))
+        files = [ctx.static_figure(plot_synthetic_vs_natural(frame, natural_label=label, r=r,
+                                                             title="Synthetic vs natural effective robustness "
+                                                             "(recipe per-setting)"),
+                                   tb.dir / "synthetic_vs_natural"),
+                 ctx.static_figure(plot_corruption_correlation(corr, natural_label=label),
+                                   tb.dir / "corruption_correlation")]
         table = frame.reset_index().rename(columns={"natural_er": f"{label}_er"})
         table["recipe"] = "per-setting"
-        parts.append(ctx.table(table, tb.dir / "synthetic_vs_natural",
+        files.append(ctx.table(table, tb.dir / "synthetic_vs_natural",
                                f"Synthetic and {label} effective robustness (pp) on {tb.testbed.name}"))
-        parts.append("<h4>Which corruptions predict natural robustness?</h4>")
-        parts.append(f'<p class="sb-note">Pearson r between each corruption\'s effective robustness (mean over '
-                     f"its severities) and effective robustness on {esc(label)}, over the same models.</p>")
-        parts.append(ctx.plot(correlation_bars(corr, natural_label=label,
-                                               title=f"Per corruption: Pearson r with {label} ({tb.testbed.name})")))
-        parts.append(ctx.static_figure(plot_corruption_correlation(corr, natural_label=label),
-                                       tb.dir / "corruption_correlation"))
-        parts.append(ctx.table(corr, tb.dir / "corruption_correlation",
-                               f"Correlation of per-corruption and {label} effective robustness on {tb.testbed.name}"))
+        files.append(ctx.table(corr, tb.dir / "corruption_correlation",
+                               f"Correlation of per-corruption and {label} effective robustness on {tb.testbed.name}",
+                               "Per-corruption table"))
+        parts.extend(files)
         anchor = ctx.anchor(tb.anchor, self.key)
         return [Rendered(self.title, anchor, section_html(anchor, self.title, "".join(parts)))]
 
 
+#: Model metadata shown in the "All models" table when the testbed has it: column, label, kind, tooltip.
+MODEL_FACTS = (
+    ("arch", "architecture", "text", "Architecture"),
+    ("param_count", "params (M)", "num", "Parameters, millions"),
+    ("pretrain", "training data", "text", "Training data beyond ImageNet-1k, where the testbed records it"),
+)
+
+
+def training_data(value: object) -> str:
+    """A short training-data label from the testbed's ``pretrain`` text (``"tag names extra data:
+    in22k"`` -> ``"in22k"``, ``"ImageNet-1k only"`` -> ``"ImageNet-1k"``)."""
+    text = "" if value is None or (isinstance(value, float) and not np.isfinite(value)) else str(value)
+    text = re.sub(r"^tag names extra data:\s*", "", text)
+    return re.sub(r"\s+only$", "", text)
+
+
+def model_table(ctx: ReportContext, tb: TestbedReport) -> tuple[pd.DataFrame, list[dict[str, object]]]:
+    """Every model of the testbed with its metadata (type, architecture, parameters, training data
+    where known), in-distribution accuracy, and per analysed shift its shifted accuracy and
+    effective robustness; and the column specs of ``report.js``."""
+    t = tb.testbed
+    id_setting = "val" if "val" in t.settings else next((a.shift.x for a in tb.analysed), None)
+    table = pd.DataFrame({"model": t.models, "model_type": list(t.model_types)}, index=t.models)
+    cols: list[dict[str, object]] = [{"key": "model", "label": "model", "kind": "text"},
+                                     {"key": "model_type", "label": "type", "kind": "text", "filter": "select"}]
+    meta = t.metadata
+    for key, label, kind, title in MODEL_FACTS:
+        if key not in meta or meta[key].isna().all():
+            continue
+        values = meta[key].reindex(t.models)
+        if kind == "num":
+            values = pd.to_numeric(values, errors="coerce")
+            if not np.isfinite(values).any():
+                continue
+        else:
+            values = values.map(training_data) if key == "pretrain" else values.fillna("").astype(str)
+            if (values == "").all():
+                continue
+        table[key] = values
+        col = {"key": key, "label": label, "kind": kind, "title": title}
+        if kind == "num":
+            col["digits"] = 1
+        elif key == "pretrain":
+            col["filter"] = "select"
+        cols.append(col)
+    if id_setting is not None:
+        table[f"{id_setting}_acc"] = t.accuracies[id_setting]
+        cols.append({"key": f"{id_setting}_acc", "label": f"{id_setting} %", "kind": "num", "digits": 2,
+                     "title": f"In-distribution accuracy on {id_setting} (%)"})
+    shown_y: set[str] = set()
+    for a in tb.analysed:
+        if a.er is None:
+            continue
+        if a.shift.y not in shown_y and a.shift.y != id_setting:
+            shown_y.add(a.shift.y)
+            key = f"acc_{a.shift.slug}"
+            table[key] = t.accuracies[a.shift.y]
+            cols.append({"key": key, "label": f"{a.shift.label} %", "kind": "num", "digits": 2, "group": a.shift.label,
+                         "title": f"Accuracy on {a.shift.y} (%)"})
+        key = f"er_{a.shift.slug}"
+        table[key] = a.er["effective_robustness"].reindex(t.models)
+        cols.append({"key": key, "label": f"ER {a.shift.label}", "kind": "num", "digits": 2, "signed": True,
+                     "group": a.shift.label, "title": f"Effective robustness (pp) on {a.shift.y} vs {a.shift.x}"})
+    syn = _synthetic(ctx, tb)
+    if syn is not None:
+        table["er_synthetic"] = syn[0][SYNTHETIC].reindex(t.models)
+        cols.append({"key": "er_synthetic", "label": "ER synthetic", "kind": "num", "digits": 2, "signed": True,
+                     "title": "Mean effective robustness over the corruption settings (pp)"})
+    return table, cols
+
+
+def table_rows(table: pd.DataFrame, cols: Sequence[dict[str, object]]) -> list[list[object]]:
+    """The rows of ``table`` as JSON-ready lists: numbers rounded to each column's digits, gaps ``None``."""
+    out = []
+    for rec in table[[c["key"] for c in cols]].itertuples(index=False):
+        out.append([(None if v is None or not np.isfinite(v) else round(float(v), int(c.get("digits", 2))))
+                    if c["kind"] == "num" else str(v) for c, v in zip(cols, rec)])
+    return out
+
+
 @register_section
 class ModelTableSection(Section):
-    """Every model with its in-distribution accuracy and effective robustness on every shift:
-    sortable and filterable in the page, and written as CSV, Markdown and LaTeX."""
+    """Every model with its type, architecture, parameters and training data (where the testbed
+    knows them), in-distribution accuracy, and accuracy and effective robustness on every shift:
+    sortable and filterable in the page (sticky header and model column, scrolling inside its
+    box), and written as CSV, Markdown and LaTeX."""
 
     key, title = "models", "All models"
 
     def render(self, ctx: ReportContext, tb: TestbedReport | None) -> list[Rendered]:
         assert tb is not None
         t = tb.testbed
-        id_setting = "val" if "val" in t.settings else next((a.shift.x for a in tb.analysed), None)
-        table = pd.DataFrame({"model": t.models, "model_type": list(t.model_types)}, index=t.models)
-        cols = [{"key": "model", "label": "model", "kind": "text"},
-                {"key": "model_type", "label": "type", "kind": "text", "filter": "select"}]
-        if id_setting is not None:
-            table[f"{id_setting}_acc"] = t.accuracies[id_setting]
-            cols.append({"key": f"{id_setting}_acc", "label": f"{id_setting} %", "kind": "num", "digits": 2,
-                         "title": f"In-distribution accuracy on {id_setting} (%)"})
-        for a in tb.analysed:
-            if a.er is None:
-                continue
-            key = f"er_{a.shift.slug}"
-            table[key] = a.er["effective_robustness"].reindex(t.models)
-            cols.append({"key": key, "label": f"ER {a.shift.label}", "kind": "num", "digits": 2, "signed": True,
-                         "title": f"Effective robustness (pp) on {a.shift.y} vs {a.shift.x}"})
-        syn = _synthetic(ctx, tb)
-        if syn is not None:
-            table["er_synthetic"] = syn[0][SYNTHETIC].reindex(t.models)
-            cols.append({"key": "er_synthetic", "label": "ER synthetic", "kind": "num", "digits": 2, "signed": True,
-                         "title": "Mean effective robustness over the corruption settings (pp)"})
-        rows = []
-        for rec in table[[c["key"] for c in cols]].itertuples(index=False):
-            rows.append([(None if not np.isfinite(v) else round(float(v), 2)) if c["kind"] == "num" else str(v)
-                         for c, v in zip(cols, rec)])
+        table, cols = model_table(ctx, tb)
         data_id = ctx.anchor(tb.anchor, "models-data")
-        n_er = sum(1 for c in cols if c["key"].startswith("er_"))
-        body = (f'<p class="sb-note">Click a column to sort (again to reverse); type to filter by model name or '
-                f"type. ER = effective robustness in percentage points against each shift's trend "
-                f"({n_er} columns).</p>"
+        n_er = sum(1 for c in cols if str(c["key"]).startswith("er_"))
+        body = (f'<p class="sb-note">Click a column to sort (again to reverse); type to filter by model name, type '
+                f"or architecture. Per shift: its accuracy (%) and ER, effective robustness in percentage points "
+                f"against the shift's trend ({n_er} ER columns). The table scrolls inside its box; the header and "
+                f"the model column stay in place.</p>"
                 f'<div class="sb-table" data-source="{esc(data_id)}"></div>'
-                f'<script type="application/json" id="{esc(data_id)}">{json_for_script({"columns": cols, "rows": rows})}'
-                "</script>")
+                f'<script type="application/json" id="{esc(data_id)}">'
+                f'{json_for_script({"columns": cols, "rows": table_rows(table, cols)})}</script>')
         body += ctx.table(table.reset_index(drop=True), tb.dir / "models",
-                          f"Models of {t.name}: in-distribution accuracy (%) and effective robustness (pp)")
+                          f"Models of {t.name}: metadata, accuracy (%) and effective robustness (pp)")
         anchor = ctx.anchor(tb.anchor, self.key)
         return [Rendered(self.title, anchor, section_html(anchor, self.title, body))]
 
@@ -526,6 +696,51 @@ def calibration_rows(results: pd.DataFrame | None) -> pd.DataFrame:
     return frame[cols].sort_values(["setting", "model"]).reset_index(drop=True)
 
 
+#: A legend with more entries than this is grouped by shift family (:func:`group_legend`).
+MAX_LEGEND = 10
+_FAMILY = re.compile(r"^(?P<base>.+)\+(?P<family>[A-Za-z0-9_-]+)\.(?P<severity>\d+)$")
+
+
+def setting_family(setting: str) -> tuple[str, int | None]:
+    """``("gaussian_noise", 3)`` for ``mnist-test+gaussian_noise.3`` (any ``<base>+<shift>.<severity>``
+    setting); ``(setting, None)`` for any other."""
+    m = _FAMILY.match(setting)
+    return (m["family"], int(m["severity"])) if m else (setting, None)
+
+
+def group_legend(fig: go.Figure, max_entries: int = MAX_LEGEND) -> go.Figure:
+    """With more than ``max_entries`` traces, one legend entry per shift family: the traces of
+    ``<base>+<family>.<severity>`` settings share a legend group (a click hides or shows the whole
+    family), its colour and one entry ``"<family> (k severities)"``, darker at higher severity.
+    The legend moves to the right of the plot. The figure is changed in place and returned."""
+    if len(fig.data) <= max_entries:
+        return fig
+    fams = [setting_family(str(t.name)) for t in fig.data]
+    order = list(dict.fromkeys(f for f, _ in fams))
+    if len(order) == len(fig.data):   # nothing to group
+        return fig
+    palette = [c for c, _ in TYPE_STYLE.values()] + list(EXTRA_COLOURS)
+    sizes = {f: sum(1 for g, _ in fams if g == f) for f in order}
+    severities = [k for _, k in fams if k is not None]
+    top = max(severities, default=1)
+    # the family's legend entry is its darkest (most severe) trace
+    entry = {f: max((i for i, (g, _) in enumerate(fams) if g == f), key=lambda i: fams[i][1] or 0) for f in order}
+    for i, (trace, (family, severity)) in enumerate(zip(fig.data, fams)):
+        colour = palette[order.index(family) % len(palette)]
+        label = f"{family} ({sizes[family]} severities)" if severity is not None and sizes[family] > 1 else family
+        if len(label) > 36:   # a long setting name (a path, say) would squeeze the plot; hover has it whole
+            label = label[:17] + "…" + label[-17:]
+        trace.update(legendgroup=family, showlegend=entry[family] == i, legendrank=order.index(family) + 1,
+                     marker=dict(color=colour, opacity=0.95 if severity is None else 0.3 + 0.65 * severity / top))
+        if entry[family] == i:
+            trace.update(name=plotly_text(label))
+    n_entries = len(order)
+    fig.update_layout(legend=dict(x=1.02, xanchor="left", y=1, yanchor="top", groupclick="togglegroup",
+                                  title=dict(text="setting family"), tracegroupgap=0, font=dict(size=10)),
+                      margin=dict(r=200), height=max(int(fig.layout.height or 480), 150 + 21 * n_entries))
+    return fig
+
+
 @register_section
 class CalibrationSection(Section):
     """Calibration of the models in a results store (``--store``): expected calibration error
@@ -541,7 +756,12 @@ class CalibrationSection(Section):
         parts = [f"<p>{rows['model'].nunique()} models on {rows['setting'].nunique()} settings from the results "
                  "store. ECE: expected calibration error over 15 equal-width confidence bins, in percent; NLL: "
                  "negative log-likelihood of the true class; Brier: multi-class Brier score.</p>"]
-        parts.append(ctx.plot(calibration_figure(rows, title="Expected calibration error against accuracy")))
+        fig = group_legend(calibration_figure(rows, title="Expected calibration error against accuracy"))
+        if any(t.legendgroup for t in fig.data):
+            parts.append('<p class="sb-note">The settings of one shift family (a corruption at each severity) share '
+                         "a colour and one legend entry, darker at higher severity; click an entry to hide or show "
+                         "the family, hover a point for its setting.</p>")
+        parts.append(ctx.plot(fig))
         parts.append(ctx.static_figure(plot_calibration(rows), ctx.out_dir / "calibration"))
         cols = [{"key": "model", "label": "model", "kind": "text"},
                 {"key": "setting", "label": "setting", "kind": "text", "filter": "select"},
@@ -553,7 +773,8 @@ class CalibrationSection(Section):
                                        for v in (r.accuracy, r.ece, r.nll, r.brier))]
                 for r in rows.itertuples(index=False)]
         data_id = ctx.anchor("calibration-data")
-        parts.append(f'<div class="sb-table" data-source="{esc(data_id)}"></div>'
+        parts.append(f'<div class="sb-table" data-source="{esc(data_id)}" data-noun="results" '
+                     'data-placeholder="Filter by model or setting…"></div>'
                      f'<script type="application/json" id="{esc(data_id)}">'
                      f'{json_for_script({"columns": cols, "rows": data})}</script>')
         parts.append(ctx.table(rows, ctx.out_dir / "calibration", "Calibration of the models in the results store"))

@@ -2,7 +2,8 @@
 
 Both show a :class:`~shiftbench.analysis.similarity.ModelSimilarity`: the dominance probability
 (Mania & Sra 2020) and the error consistency kappa (Geirhos et al. 2020) of every pair of
-models, rows and columns ordered from the least to the most accurate model. With more than
+models, rows and columns ordered from the least to the most accurate model, study variants
+(``name@res40``) after the models, past a line (:func:`kept_apart`). With more than
 ``max_models`` models the matrix shows ``max_models`` of them spaced evenly in accuracy rank
 (least and most accurate always kept), so that a report over hundreds of models stays small.
 """
@@ -41,11 +42,21 @@ def spread_models(sim: ModelSimilarity, max_models: int = MAX_MODELS) -> list[st
     return [models[i] for i in picks]
 
 
+def kept_apart(models: list[str]) -> tuple[list[str], int]:
+    """``models`` (in accuracy order) with the study variants (``name@res40``, ``name@step5``: one
+    model evaluated under a study's setting) after the models themselves, each part still in
+    accuracy order; and how many come before the variants. Interleaved, a model's variants would
+    read as a block of near-identical models."""
+    base = [m for m in models if "@" not in m]
+    return base + [m for m in models if "@" in m], len(base)
+
+
 def _matrix(sim: ModelSimilarity, which: str):
     if which not in MATRICES:
         raise ConfigError(f"unknown similarity matrix {which!r}; use one of {', '.join(MATRICES)}")
     attr, label, cmap, scale, limits = MATRICES[which]
-    frame = getattr(sim, attr)
+    order, _ = kept_apart(sim.models)
+    frame = getattr(sim, attr).loc[order, order]
     values = frame.to_numpy(dtype=float)
     if limits is None:
         off = values[~np.eye(len(values), dtype=bool)]
@@ -61,11 +72,15 @@ def plot_similarity_matrices(sim: ModelSimilarity, *, max_models: int = MAX_MODE
     n = len(shown.models)
     size = min(6.0, 2.5 + 0.09 * n)
     fig, axes = plt.subplots(1, 2, figsize=(2 * size + 1.8, size + 0.9), dpi=120)
-    names = [f"{m} ({a:.1f}%)" for m, a in shown.accuracy.items()]
+    order, n_base = kept_apart(shown.models)
+    names = [f"{m} ({shown.accuracy[m]:.1f}%)" for m in order]
     for ax, which in zip(axes, MATRICES):
         _, values, label, cmap, _, (lo, hi) = _matrix(shown, which)
         image = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, vmin=lo, vmax=hi, interpolation="nearest")
         fig.colorbar(image, ax=ax, fraction=0.046, pad=0.03)
+        if 0 < n_base < n:   # the study variants after the models, past a line
+            ax.axhline(n_base - 0.5, color="black", lw=0.8)
+            ax.axvline(n_base - 0.5, color="black", lw=0.8)
         ax.set_title(label, fontsize=10)
         if n <= 40:
             fs = 7 if n <= 15 else 5
@@ -90,19 +105,26 @@ def similarity_heatmap(sim: ModelSimilarity, which: str = "dominance_probability
     _, values, label, _, scale, (lo, hi) = _matrix(shown, which)
     n = len(shown.models)
     # accuracies go into the labels, so hover needs no per-cell customdata (a lean figure)
-    names = [plotly_text(f"{m} ({a:.1f}%)") for m, a in shown.accuracy.items()]
+    order, n_base = kept_apart(shown.models)
+    names = [plotly_text(f"{m} ({shown.accuracy[m]:.1f}%)") for m in order]
     z = [[None if not np.isfinite(v) else round(float(v), 4) for v in row] for row in values]
     fig = go.Figure(go.Heatmap(
         z=z, x=names, y=names, zmin=lo, zmax=hi, colorscale=scale, reversescale=True,
         colorbar=dict(title=dict(text=plotly_text(label), side="right"), thickness=14),
         hovertemplate="<b>%{y}</b><br>vs <b>%{x}</b><br>" + plotly_text(label) + " %{z:.3f}<extra></extra>"))
-    more = f" ({n} of {len(sim.models)} models, evenly spaced in accuracy)" if n < len(sim.models) else ""
+    more = f" ({n} of {len(sim.models)} models)" if n < len(sim.models) else ""
+    if 0 < n_base < n:   # a line between the models and their study variants (name@...)
+        for kw in (dict(x0=-0.5, x1=n - 0.5, y0=n_base - 0.5, y1=n_base - 0.5),
+                   dict(x0=n_base - 0.5, x1=n_base - 0.5, y0=-0.5, y1=n - 0.5)):
+            fig.add_shape(type="line", xref="x", yref="y", line=dict(color="black", width=1.5), **kw)
     fig.update_layout(
         template="none", font=FONT, height=min(760, 260 + 9 * n), paper_bgcolor="white", plot_bgcolor="white",
         title=dict(text=plotly_text(title or f"{label} on {sim.setting}{more}"), x=0.012, xanchor="left",
                    font=dict(size=14)),
         margin=dict(l=20, r=20, t=60, b=20))
     ticks = dict(showticklabels=n <= 40, tickfont=dict(size=9), automargin=True, showgrid=False)
-    fig.update_xaxes(title=dict(text="models, least to most accurate"), **ticks)
+    axis_title = ("models, least to most accurate" if n_base in (0, n) else
+                  f"{n_base} models | {n - n_base} variants (name@…), by accuracy")
+    fig.update_xaxes(title=dict(text=axis_title), **ticks)
     fig.update_yaxes(autorange="reversed", **ticks)
     return fig

@@ -33,8 +33,9 @@ from shiftbench.report.figures import _fmt, _ticks, plot_trend  # noqa: E402
 from shiftbench.report.interactive import _layout, _round, plotly_text, trend_figure  # noqa: E402
 from shiftbench.testbed import Testbed  # noqa: E402
 
-#: Line colours of trajectories, in order (distinct from the model-type colours of the scatter).
-TRAJECTORY_COLOURS = ("#7b3294", "#111111", "#e7298a", "#1b9e77", "#d95f02", "#666666")
+#: Line colours of trajectories, in order: distinct from the model-type colours of the scatter and
+#: from the black trend line and grey y = x (a trajectory must never read as the trend).
+TRAJECTORY_COLOURS = ("#7b3294", "#c51b7d", "#8c510a", "#01665e", "#2d004b", "#b35806")
 
 Trajectories = Mapping[str, pd.DataFrame]
 
@@ -229,8 +230,32 @@ def trajectory_er_figure(trajectories: Trajectories, *, by: str = "epoch", log_x
         fig.add_trace(go.Scatter(x=_round(xs, 5), y=_round(t["effective_robustness"], 3), mode="lines+markers",
                                  name=plotly_text(name), customdata=custom, hovertemplate=template,
                                  line=dict(color=_colour(i), width=2), marker=dict(size=7)))
-    label = f"fine-tuning {by}" + (f" + {_linthresh(trajs, by):g} (log scale)" if log_x else "")
+    label = f"fine-tuning {by}" + (" (log scale)" if log_x else "")
     _layout(fig, plotly_text(title), label, "effective robustness (pp)", height=440)
     if log_x:
-        fig.update_xaxes(type="log")
+        shift = _linthresh(trajs, by)
+        values = np.concatenate([_er_axis(t, by) for t in trajs.values()])
+        ticks = log_ticks(float(values.max()), shift)
+        # tick positions in data units (the drawn value + shift), labelled with the value itself
+        fig.update_xaxes(type="log", tickvals=[round(float(v + shift), 6) for v in ticks],
+                         ticktext=[f"{v:g}" for v in ticks])
+    fig.update_layout(legend=dict(x=0.99, xanchor="right", y=0.99, yanchor="top"))
     return fig
+
+
+def log_ticks(top: float, shift: float) -> list[float]:
+    """Tick values (in the data's own units) for an axis drawn at ``value + shift`` on a log scale:
+    0, then 1-2-5 steps from ``shift`` up to ``top``."""
+    out = [0.0]
+    if top <= 0:
+        return out
+    decade = 10.0 ** np.floor(np.log10(max(shift, 1e-12)))
+    while decade <= top * 1.0001:
+        for m in (1, 2, 5):
+            v = float(f"{m * decade:.6g}")
+            if shift * 0.999 <= v <= top * 1.0001 and v not in out:
+                out.append(v)
+        decade *= 10
+    if len(out) > 8:   # thin to at most 8 ticks, keeping the decades
+        out = [0.0] + [v for v in out[1:] if f"{v:e}".startswith("1")]
+    return out

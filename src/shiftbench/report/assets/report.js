@@ -35,28 +35,32 @@
     if (!source) return;
     var data = JSON.parse(source.textContent);
     var cols = data.columns, rows = data.rows;
-    var state = { sort: null, dir: 1, text: "", group: "" };
-    var groupCol = cols.findIndex(function (c) { return c.filter === "select"; });
+    var state = { sort: null, dir: 1, text: "", groups: {} };
 
     var controls = el("div", { "class": "sb-table-controls" });
-    var search = el("input", { type: "search", placeholder: "Filter models (name or type)…", "aria-label": "Filter models" });
+    var search = el("input", { type: "search", "aria-label": "Filter rows",
+                               placeholder: root.getAttribute("data-placeholder") || "Filter models (name, type, architecture)…" });
     controls.appendChild(search);
-    var select = null;
-    if (groupCol >= 0) {
-      select = el("select", { "aria-label": "Filter by " + cols[groupCol].label });
-      select.appendChild(el("option", { value: "" }, "all " + cols[groupCol].label + "s"));
-      Array.from(new Set(rows.map(function (r) { return r[groupCol]; }))).sort().forEach(function (v) {
-        select.appendChild(el("option", { value: v }, v));
-      });
+    // one <select> per column marked filter: "select" (model type, training data, ...)
+    var selects = [];
+    cols.forEach(function (col, i) {
+      if (col.filter !== "select") return;
+      var select = el("select", { "aria-label": "Filter by " + col.label });
+      select.appendChild(el("option", { value: "" }, "all: " + col.label));
+      Array.from(new Set(rows.map(function (r) { return r[i]; }))).filter(function (v) { return v !== ""; }).sort()
+        .forEach(function (v) { select.appendChild(el("option", { value: v }, v)); });
+      select.addEventListener("change", function () { state.groups[i] = select.value; render(); });
       controls.appendChild(select);
-    }
+      selects.push(select);
+    });
     var count = el("span", { "class": "sb-table-count", "aria-live": "polite" });
     controls.appendChild(count);
 
     var table = el("table", { "class": "sb-data" });
     var thead = el("thead"), headRow = el("tr"), tbody = el("tbody");
     var ths = cols.map(function (col, i) {
-      var th = el("th", { scope: "col", "aria-sort": "none", "class": col.kind === "num" ? "num" : "" });
+      var th = el("th", { scope: "col", "aria-sort": "none", "class": (col.kind === "num" ? "num" : "text") +
+                                                                         (i === 0 ? " sb-sticky" : "") });
       var button = el("button", { type: "button", title: col.title || ("Sort by " + col.label) }, col.label);
       button.addEventListener("click", function () {
         if (state.sort === i) state.dir = -state.dir;
@@ -78,7 +82,7 @@
     function render() {
       var text = state.text.toLowerCase();
       var shown = rows.filter(function (r) {
-        if (state.group && r[groupCol] !== state.group) return false;
+        for (var g in state.groups) if (state.groups[g] && r[g] !== state.groups[g]) return false;
         if (!text) return true;
         return cols.some(function (c, i) { return c.kind !== "num" && String(r[i] === null ? "" : r[i]).toLowerCase().indexOf(text) >= 0; });
       });
@@ -103,20 +107,61 @@
           td.textContent = format(r[i], col);
           if (col.kind === "num") {
             td.className = "num" + (col.signed && r[i] > 0 ? " pos" : col.signed && r[i] < 0 ? " neg" : "");
+          } else {
+            td.className = i === 0 ? "sb-sticky" : "text";
+            if (td.textContent.length > 18) td.title = td.textContent;   // cut off with an ellipsis
           }
           tr.appendChild(td);
         });
         frag.appendChild(tr);
       });
       tbody.replaceChildren(frag);
-      count.textContent = shown.length === rows.length ? rows.length + " models"
-        : shown.length + " of " + rows.length + " models";
+      var noun = root.getAttribute("data-noun") || "models";
+      count.textContent = shown.length === rows.length ? rows.length + " " + noun
+        : shown.length + " of " + rows.length + " " + noun;
     }
 
     search.addEventListener("input", function () { state.text = search.value; render(); });
-    if (select) select.addEventListener("change", function () { state.group = select.value; render(); });
     render();
   }
 
   document.querySelectorAll(".sb-table[data-source]").forEach(initTable);
+
+  /* A chooser: a <select> showing one of several blocks (one figure per corruption or setting). The
+   * blocks are drawn visible (plotly measures them at full width), then all but the chosen one are
+   * hidden; a plot shown again is resized to its box. A link to a hidden block's id selects it. */
+  function initChooser(root) {
+    var select = root.querySelector("select");
+    var blocks = Array.prototype.slice.call(root.querySelectorAll(":scope > .sb-choice"));
+    function show(i) {
+      blocks.forEach(function (b, j) { b.hidden = j !== i; });
+      select.value = String(i);
+      if (window.Plotly) {
+        blocks[i].querySelectorAll(".js-plotly-plot").forEach(function (gd) { window.Plotly.Plots.resize(gd); });
+      }
+    }
+    select.addEventListener("change", function () { show(Number(select.value)); });
+    root.sbShow = function (id) {
+      var i = blocks.findIndex(function (b) { return b.id === id; });
+      if (i >= 0) show(i);
+      return i >= 0;
+    };
+    show(0);
+  }
+  var choosers = Array.prototype.slice.call(document.querySelectorAll(".sb-chooser"));
+  choosers.forEach(initChooser);
+  function followHash() {
+    var id = decodeURIComponent(location.hash.slice(1));
+    if (!id) return;
+    choosers.forEach(function (c) {
+      if (c.sbShow(id)) c.scrollIntoView();   // the selector, then the chosen block under it
+    });
+  }
+  window.addEventListener("hashchange", followHash);
+  followHash();
+
+  /* Table of contents: following a testbed's link also unfolds its list of sections. */
+  document.querySelectorAll("nav.sb-toc summary a").forEach(function (a) {
+    a.addEventListener("click", function () { a.closest("details").open = true; });
+  });
 })();
