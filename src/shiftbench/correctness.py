@@ -142,7 +142,11 @@ def similarity_settings(store: Store | str | Path, min_models: int = 2, *,
     res = Store.existing(store).results()
     if res.empty:
         return pd.Series(dtype=int, name="n_models")
-    counts = _latest_keys(res, convention).groupby("setting")["model"].nunique()
+    latest = _latest_keys(res, convention)
+    st = Store.existing(store)
+    # results without per-example parts (a transfer probe's accuracy) have no predictions to align
+    latest = latest[[st._key_dir(k).is_dir() for k in latest["key"]]]
+    counts = latest.groupby("setting")["model"].nunique()
     counts = counts[counts >= min_models]
     order = sorted(counts.index, key=lambda s: (-counts[s], s))
     return counts.reindex(order).rename("n_models").astype(int)

@@ -56,9 +56,28 @@ def latex_table(frame: pd.DataFrame, digits: int = 2, caption: str | None = None
         if not pd.api.types.is_numeric_dtype(frame[c]) or pd.api.types.is_bool_dtype(frame[c]):
             frame[c] = frame[c].map(lambda v: "" if v is None or (isinstance(v, float) and math.isnan(v)) else
                                     latex_escape(";".join(map(str, v)) if isinstance(v, (list, tuple)) else v))
-    frame.columns = [latex_escape(c) for c in frame.columns]
-    return frame.to_latex(index=False, escape=False, float_format=lambda v: f"{v:.{digits}f}", na_rep="",
-                          caption=None if caption is None else latex_escape(caption), label=label)
+    # written directly in the layout pandas' ``to_latex(index=False)`` gives (its Styler path took
+    # ~0.6 s a table, a tenth of the similarity section): numeric columns right-aligned, floats to
+    # ``digits`` places, missing values blank
+    numeric = [pd.api.types.is_numeric_dtype(frame[c]) and not pd.api.types.is_bool_dtype(frame[c])
+               for c in frame.columns]
+
+    def cell(v: object) -> str:
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            return ""
+        if isinstance(v, float):
+            return f"{v:.{digits}f}"
+        return str(v)
+
+    lines = [r"\begin{tabular}{" + "".join("r" if n else "l" for n in numeric) + "}", r"\toprule",
+             " & ".join(latex_escape(c) for c in frame.columns) + r" \\", r"\midrule"]
+    lines += [" & ".join(cell(v) for v in row) + r" \\" for row in frame.itertuples(index=False)]
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    if caption is not None or label is not None:
+        head = [r"\begin{table}"] + ([r"\caption{" + latex_escape(caption) + "}"] if caption is not None else []) \
+            + ([r"\label{" + label + "}"] if label is not None else [])
+        lines = head + lines + [r"\end{table}"]
+    return "\n".join(lines) + "\n"
 
 
 def write_table(frame: pd.DataFrame, stem: str | Path, *, caption: str | None = None, digits: int = 2,

@@ -118,9 +118,14 @@ class Store:
                 tables = [pq.read_table(f) for f in files]
             else:
                 wanted = list(dict.fromkeys(["index", *columns]))
-                tables = [pq.read_table(f, columns=[c for c in wanted if c in pq.read_schema(f).names])
-                          for f in files]
-            frame = pd.concat([t.to_pandas() for t in tables], ignore_index=True)
+                tables = []
+                for f in files:
+                    names = set(pq.read_schema(f).names)
+                    tables.append(pq.read_table(f, columns=[c for c in wanted if c in names]))
+            if len({t.schema for t in tables}) == 1:  # one conversion for the whole key
+                frame = pa.concat_tables(tables).to_pandas()
+            else:
+                frame = pd.concat([t.to_pandas() for t in tables], ignore_index=True)
         except (pa.ArrowInvalid, OSError) as exc:
             raise StoreError(f"{self._key_dir(key)}: unreadable part ({exc}); rerun with --force for this "
                              "model and setting") from exc
@@ -162,9 +167,37 @@ class Store:
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise StoreError(f"{path}: corrupted ({exc}); delete it and rerun the evaluation") from exc
 
+    def _done_stamp(self) -> tuple[tuple[str, int, int], ...]:
+        """Name, modification time and size of every finished key's file (what :meth:`results` reads)."""
+        try:
+            entries = [e for e in os.scandir(self.root / "done") if e.name.endswith(".json")]
+        except FileNotFoundError:
+            return ()
+        stamp = []
+        for e in entries:
+            try:
+                st = e.stat()
+            except FileNotFoundError:  # replaced while listing: the next call sees the new file
+                continue
+            stamp.append((e.name, st.st_mtime_ns, st.st_size))
+        return tuple(sorted(stamp))
+
     def results(self) -> pd.DataFrame:
-        """One row per finished (model, setting) key."""
-        rows = [self._read_json(p) for p in sorted((self.root / "done").glob("*.json"))]
+        """One row per finished (model, setting) key.
+
+        The table is cached on this object and re-read only when a finished key's file was added,
+        replaced or removed (name, modification time and size of each), so a report's sections can
+        each ask for it without re-reading thousands of JSON files."""
+        stamp = self._done_stamp()
+        cached = getattr(self, "_results_cache", None)
+        if cached is not None and cached[0] == stamp:
+            return cached[1].copy()
+        frame = self._read_results([self.root / "done" / name for name, _, _ in stamp])
+        self._results_cache = (stamp, frame)
+        return frame.copy()
+
+    def _read_results(self, paths: list[Path]) -> pd.DataFrame:
+        rows = [self._read_json(p) for p in paths]
         frame = pd.DataFrame(rows)
         for col in RESULT_COLUMNS:
             if col not in frame:
