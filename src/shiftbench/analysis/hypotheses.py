@@ -424,15 +424,18 @@ class HypothesesTable:
 def _pair_stats(er: pd.Series, acc_y: pd.Series, pairs: dict[str, list[str]]
                 ) -> tuple[np.ndarray, np.ndarray]:
     """Per paired model with finite values: RR ``acc_y(f) - mean acc_y(f0)`` and ER difference."""
+    # plain dicts: a pandas reindex per model cost ~4 ms each (8 s on the timm testbed's report)
+    er_of = {k: float(v) for k, v in er.items() if np.isfinite(v)}
+    acc_of = {k: float(v) for k, v in acc_y.items() if np.isfinite(v)}
     rr, der = [], []
     for m, bases in pairs.items():
         if m not in er.index:
             continue
-        b_acc = acc_y.reindex(bases).dropna()
-        b_er = er.reindex(bases).dropna()
-        if len(b_acc) and len(b_er):
-            rr.append(acc_y[m] - b_acc.mean())
-            der.append(er[m] - b_er.mean())
+        b_acc = [acc_of[b] for b in bases if b in acc_of]
+        b_er = [er_of[b] for b in bases if b in er_of]
+        if b_acc and b_er:
+            rr.append(acc_y[m] - float(np.mean(b_acc)))
+            der.append(er[m] - float(np.mean(b_er)))
     return np.asarray(rr, dtype=float), np.asarray(der, dtype=float)
 
 
