@@ -18,7 +18,7 @@ from shiftbench.studies import (
 
 SRC = Path(shiftbench.__file__).parent
 KINDS = {"resolution": "resolution", "compositing": "compositing", "trajectory": "fine-tuning",
-         "attributes": "attributes", "replication": "replication"}
+         "attributes": "attributes", "replication": "replication", "transfer": "transfer"}
 
 
 def test_every_study_kind_is_registered_with_a_config_dataclass_and_a_report_section():

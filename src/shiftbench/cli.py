@@ -534,8 +534,8 @@ def _offline_testbeds(output: Path, *, workspace: Path, data_dir: Path, models: 
 def _digits_studies(output: Path, *, workspace: Path, data_dir: Path, testbed) -> None:
     """The studies beyond the end point on the digits data, stored in the digits store so the
     report shows them: fine-tuning trajectories (pretrained vs scratch), attribute-controlled
-    shifts (stroke thickness, slant), resolution sweeps and object compositing. All resume from
-    their caches."""
+    shifts (stroke thickness, slant), resolution sweeps, object compositing and the mini-VTAB
+    transfer (:mod:`shiftbench.demo.transfer`). All resume from their caches."""
     from shiftbench.demo.attributes import run_attribute_demo  # deferred: loads Pillow, loads pyarrow
     from shiftbench.demo.finetune import run_finetune_demo  # deferred: loads Pillow, loads pyarrow
     from shiftbench.store import Store  # deferred: loads pyarrow
@@ -570,9 +570,18 @@ def _digits_studies(output: Path, *, workspace: Path, data_dir: Path, testbed) -
                f"{len(sweeps['resolution'])} sweeps (best resolution: " + ", ".join(
                    f"{m} {int(r)} px" for m, r in list(best.items())[:3]) + f"), {len(sweeps['compositing'])} "
                "compositing studies")
+    from shiftbench.demo.transfer import run_transfer_demo  # deferred: loads Pillow, loads pyarrow
+
+    start = time.perf_counter()
+    moved = run_transfer_demo(data_dir, workspace, workspace / "store", list(testbed.models))
+    if len(moved):    # none when the zoo chosen has no torch model
+        means = moved.groupby(["group", "model"])["accuracy"].mean().groupby("group")
+        typer.echo(f"mini-VTAB transfer ({time.perf_counter() - start:.1f} s): {moved['model'].nunique()} models "
+                   f"x {moved['task'].nunique()} tasks, linear probe; group means " + ", ".join(
+                       f"{g} {v.min():.1f}-{v.max():.1f}%" for g, v in means))
     with open(output / "summary.md", "a") as fh:
-        fh.write("\nFine-tuning trajectories, attribute-controlled shifts, multi-label shifts, resolution sweeps and "
-                 "object compositing of the digits testbed: see index.html.\n")
+        fh.write("\nFine-tuning trajectories, attribute-controlled shifts, multi-label shifts, resolution sweeps, "
+                 "object compositing and mini-VTAB transfer of the digits testbed: see index.html.\n")
 
 
 # ---------------------------------------------------------------------------- demo

@@ -453,7 +453,9 @@ def _report(ws: Path, report_dir: Path, zoo: list[Any], corruptions: list[str], 
     except DataError as exc:
         raise DataError(f"{exc}; rerun `make demo`") from exc
     names = [m.name for m in zoo if m.name in tb.models]
-    tb = tb.select(names)
+    # the mini-VTAB's transfer:<task> cells share the store; they are not shifts (the report's
+    # transfer section reads them from the store)
+    tb = tb.select(names, settings=[s for s in tb.settings if not s.startswith("transfer:")])
     bases = {m.name: m.base for m in zoo if m.base and m.base in tb.models}
     task = st.progress.add_task("digits: analysing", total=len(shift_pairs(corruptions)))
 

@@ -12,6 +12,7 @@ compositing     :class:`CompositingConfig`      :func:`compositing_study` ``comp
 trajectory      :class:`TrajectoryConfig`       :class:`Trajectory`       ``fine-tuning``
 attributes      :class:`AttributeConfig`        :func:`attribute_splits`  ``attributes``
 replication     :class:`ReplicationConfig`      :func:`replicate`         ``replication``
+transfer        :class:`TransferConfig`         ``shiftbench.transfer``   ``transfer``
 ==============  ==============================  ========================  ==================
 
 Studies call the engine like any user (:func:`shiftbench.evaluate`); nothing below this package
@@ -32,6 +33,7 @@ from shiftbench.studies.compositing import CompositingConfig, CompositingStudy, 
 from shiftbench.studies.replication import ReplicationConfig, ReplicationStudy, replicate
 from shiftbench.studies.resolution import ResolutionConfig, ResolutionStudy, resolution_sweep
 from shiftbench.studies.trajectory import Checkpoint, Trajectory, TrajectoryConfig, TrajectoryStudy
+from shiftbench.studies.transfer import TransferConfig, TransferStudy, TransferTask
 
 __all__ = [
     "Study", "StudyResult", "as_store", "get_study", "list_studies", "register_study", "run_study", "study_name",
@@ -40,4 +42,5 @@ __all__ = [
     "Checkpoint", "Trajectory", "TrajectoryConfig", "TrajectoryStudy",
     "AttributeConfig", "AttributeStudy", "attribute_splits",
     "ReplicationConfig", "ReplicationStudy", "replicate",
+    "TransferConfig", "TransferStudy", "TransferTask",
 ]

@@ -65,7 +65,7 @@ from shiftbench.errors import ConfigError, DataError, ModelError
 from shiftbench.models import LoadedModel, load_model
 from shiftbench.store.files import atomic_write_with
 from shiftbench.store.store import Store, digest
-from shiftbench.studies.base import Study, StudyResult, as_store, study_name
+from shiftbench.studies.base import Study, StudyResult, as_store, register_study, study_name
 from shiftbench.version import __version__
 
 __all__ = [
@@ -607,15 +607,16 @@ def _study(model_name: str, config: TransferConfig, rows: Sequence[Mapping[str, 
     return StudyResult(STUDY_KIND, name, frame, meta)
 
 
+@register_study
 class TransferStudy(Study):
     """VTAB-1k transfer of one model to each task (Zhai et al. 2019; Djolonga et al. 2021).
 
-    Not yet in the study registry: every registered kind has a report section
-    (tests/test_studies.py), and the transfer section comes with the robustness/transfer
-    correlation (issue 20, items 3-4); register it (``@register_study``, ``section="transfer"``) then.
+    Its report section ``transfer`` (:mod:`shiftbench.report.section_transfer`) reads the
+    ``transfer:<task>`` results back and correlates robustness metrics with transfer accuracy
+    per task group.
     """
 
-    kind, config_type, section = STUDY_KIND, TransferConfig, None
+    kind, config_type, section = STUDY_KIND, TransferConfig, "transfer"
     description = "VTAB-1k transfer: a linear probe or fine-tuning from 1,000 examples per task"
 
     def run(self, config: TransferConfig, store: str | Path | Store | None = None) -> StudyResult:
