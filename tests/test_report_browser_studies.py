@@ -100,3 +100,12 @@ def test_trajectory_is_drawn_in_its_own_colour_with_the_epoch_axis_in_words(load
     assert info["traj"] != info["trend"] and info["traj"].lower() not in ("black", "#000", "#000000", "#111111")
     assert info["axis"] == "fine-tuning epoch (log scale)"
     assert info["ticks"][0] == "0" and "1" in info["ticks"]
+
+
+def test_compositing_curves_sit_side_by_side_at_1400px(loaded):
+    """The size and rotation curves share a row (half the page each), so the section stays short."""
+    page, _ = loaded
+    boxes = page.page.evaluate("""() => [...document.querySelectorAll('#compositing .sb-pair')[0]
+        .querySelectorAll(':scope > div')].map(d => { const r = d.getBoundingClientRect();
+        return [Math.round(r.top), Math.round(r.left), Math.round(r.width)]; })""")
+    assert len(boxes) == 2 and boxes[0][0] == boxes[1][0] and boxes[1][1] > boxes[0][1] + boxes[0][2] - 1

@@ -142,6 +142,10 @@ def test_resolution_section_marks_best_and_native_and_shows_why_a_resolution_fai
     assert "at 64, 256 px: RuntimeError: Input height (64) doesn&#x27;t match model (128).</li>" in html
     rows = re.findall(r"<tr>(.*?)</tr>", html)
     cells = [re.findall(r"<td[^>]*>(.*?)</td>", r) for r in rows]
+    # per model, shown: its native and its best resolution with their top-1
+    assert ["cnn", "128 px: 40.00%", "256 px: 55.50%"] in cells
+    assert html.index("<details><summary>Every model at every resolution (4 rows)") > html.index("256 px: 55.50%")
+    cells = [c for c in cells if len(c) == 8]   # folded: every (model, resolution) that ran
     cnn = [c for c in cells if c and c[0] == "cnn"]
     # model, resolution, resize, top-1, top-5, examples, best, native
     assert [c[1] for c in cnn] == ["64", "128", "256"] and [c[3] for c in cnn] == ["20.00", "40.00", "55.50"]
@@ -175,6 +179,8 @@ def test_compositing_section_renders_size_rotation_and_the_normalised_map(tmp_pa
     assert ">50.00<" in html and ">16<" in html            # the overall accuracy from the study's metadata
     assert ">25.00<" in html and ">75.00<" in html and ">62.50<" in html and ">37.50<" in html
     assert html.count("Plotly.newPlot(") == 3 and '"z":[[0.5,1.0],[0.25,0.25]]' in html
+    # size and rotation side by side; the numbers per factor value fold under the per-model accuracies
+    assert html.count('class="sb-pair"') == 2 and "<details><summary>Top-1 % per size and rotation (4 rows)" in html
     table = pd.read_csv(tmp_path / "rep" / "compositing" / "mini.csv")
     assert table.loc[table["factor"] == "location", "normalised"].tolist() == [0.5, 1.0, 0.25, 0.25]
 

@@ -19,7 +19,9 @@ from shiftbench.report.sections import (
     ReportContext,
     Section,
     TestbedReport,
+    choice_html,
     esc,
+    pair_html,
     register_section,
     section_html,
     slug,
@@ -135,29 +137,55 @@ class CompositingSection(Section):
                  "per rotation, and per object location, each averaged over every combination of the other "
                  "factors in the spec (a spec that varies one factor at a time gives SI-SCORE's curves); the location map divides each location's accuracy by "
                  "the 95th percentile over locations, so 1 is as good as the best locations.</p>"]
-        for dataset, sub in rows.groupby("dataset", sort=True):
-            parts.append(f"<h3>{esc(dataset)}</h3>")
-            overall = self._overall(ctx, sub)
-            parts.append(small_table(overall, {"top-1 %": ".2f", "images": "d"}))
-            for factor in ("size", "rotation"):
-                if (sub["factor"] == factor).any():
-                    parts.append(ctx.plot(factor_figure(sub, factor, title=f"Accuracy per {factor} on {dataset}")))
-            table = sub[sub["factor"].isin(["size", "rotation"])].pivot_table(
-                index=["factor", "value"], columns="model", values="accuracy").reset_index()
-            table.columns.name = None
-            parts.append(small_table(table, {c: ".2f" for c in table.columns if c not in ("factor", "value")}
-                                     | {"value": "g"}))
-            for model, msub in sub.groupby("model", sort=True):
-                if (msub["factor"] == "location").any():
-                    parts.append(ctx.plot(heatmap_figure(msub, title=f"Location map of {model} on {dataset}")))
-            stem = ctx.out_dir / "compositing" / slug(dataset)
-            parts.append(ctx.static_figure(plot_compositing(sub, title=f"Object compositing on {dataset}"), stem))
-            cols = [c for c in ("model", "factor", "value", "label", "x", "y", "accuracy", "n", "normalised")
-                    if c in sub.columns]
-            parts.append(ctx.table(sub[cols].reset_index(drop=True), stem,
-                                   f"Accuracy (%) per factor value on the composite dataset {dataset}"))
+        datasets = [(dataset, sub) for dataset, sub in rows.groupby("dataset", sort=True)]
+        if len(datasets) == 1:
+            parts.append(f"<h3>{esc(datasets[0][0])}</h3>" + self._dataset(ctx, *datasets[0]))
+        else:   # one composite dataset at a time
+            parts.append(choice_html("Composite dataset", [
+                (dataset, ctx.anchor(self.key, dataset), f"<h3>{esc(dataset)}</h3>" + self._dataset(ctx, dataset, sub))
+                for dataset, sub in datasets]))
         anchor = ctx.anchor(self.key)
         return [Rendered(self.title, anchor, section_html(anchor, self.title, "".join(parts), level=2))]
+
+    def _dataset(self, ctx: ReportContext, dataset: str, sub: pd.DataFrame) -> str:
+        """One composite dataset: the size and rotation curves side by side, then the location map
+        (one model at a time) beside the per-model accuracies; the numbers per factor value fold."""
+        parts = []
+        curves = [ctx.plot(factor_figure(sub, factor, title=f"Accuracy per {factor} on {dataset}"), half=True)
+                  for factor in ("size", "rotation") if (sub["factor"] == factor).any()]
+        if len(curves) == 2:
+            parts.append(pair_html(*curves))
+        else:
+            parts.extend(curves)
+        overall = self._overall(ctx, sub)
+        specs = overall["spec"].unique() if len(overall) else []
+        side = [small_table(overall.drop(columns=["spec"]) if len(specs) == 1 else overall,
+                            {"top-1 %": ".2f", "images": "d"})]
+        if len(specs) == 1:   # one spec for every model: said once, not on every row
+            side.append(f'<p class="sb-note">Spec: <code>{esc(specs[0])}</code></p>')
+        table = sub[sub["factor"].isin(["size", "rotation"])].pivot_table(
+            index=["factor", "value"], columns="model", values="accuracy").reset_index()
+        table.columns.name = None
+        if len(table):
+            side.append(f"<details><summary>Top-1 % per size and rotation ({len(table)} rows)</summary>"
+                        + small_table(table, {c: ".2f" for c in table.columns if c not in ("factor", "value")}
+                                      | {"value": "g"}) + "</details>")
+        maps = [(model, ctx.anchor(self.key, dataset, model),
+                 ctx.plot(heatmap_figure(msub, title=f"Location map of {model}"), half=True))
+                for model, msub in sub.groupby("model", sort=True) if (msub["factor"] == "location").any()]
+        if not maps:
+            parts.extend(side)
+        elif len(maps) == 1:
+            parts.append(pair_html(maps[0][2], "".join(side)))
+        else:   # one model's location map at a time
+            parts.append(pair_html(choice_html("Location map of", maps), "".join(side)))
+        stem = ctx.out_dir / "compositing" / slug(dataset)
+        parts.append(ctx.static_figure(plot_compositing(sub, title=f"Object compositing on {dataset}"), stem))
+        cols = [c for c in ("model", "factor", "value", "label", "x", "y", "accuracy", "n", "normalised")
+                if c in sub.columns]
+        parts.append(ctx.table(sub[cols].reset_index(drop=True), stem,
+                               f"Accuracy (%) per factor value on the composite dataset {dataset}"))
+        return "".join(parts)
 
     @staticmethod
     def _overall(ctx: ReportContext, sub: pd.DataFrame) -> pd.DataFrame:

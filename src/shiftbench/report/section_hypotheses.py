@@ -32,31 +32,40 @@ from shiftbench.report.sections import (
 
 #: cell background per verdict (green, red, grey); other verdicts are left white
 COLOURS = {HELPS: "#d4edda", HURTS: "#f8d7da", NO_EVIDENCE: "#eeeeee"}
+#: the verdict as a mark after the mean (the colour says it too; the legend above the table names them)
+MARKS = {HELPS: "▲", HURTS: "▼", NO_EVIDENCE: "·"}
 
 
 def verdict_table_html(res: HypothesesTable) -> str:
     """A static groups x shifts table: mean ER [interval] and the verdict, coloured (escaped)."""
     rows = res.rows
     shifts = list(dict.fromkeys(rows["shift"]))
-    head = "<th>group</th><th>hypothesis</th>" + "".join(f'<th class="num">{esc(s)}</th>' for s in shifts)
+    head = "<th>group <small>(hypothesis)</small></th>" + "".join(f'<th class="num">{esc(s)}</th>' for s in shifts)
     body = []
     for group, part in rows.groupby("group", sort=False):
-        cells = [f"<td>{esc(group)}</td><td>{esc(part['hypothesis'].iloc[0])}</td>"]
+        cells = [f"<td>{esc(group)}<br><small>{esc(part['hypothesis'].iloc[0])}</small></td>"]
         by_shift = {r.shift: r for r in part.itertuples(index=False)}
         for s in shifts:
             r = by_shift.get(s)
             if r is None:
                 cells.append("<td></td>")
                 continue
-            text = "" if not math.isfinite(r.mean_er) else f"{r.mean_er:+.1f}"
-            if math.isfinite(r.low) and math.isfinite(r.high):
-                text += f" [{r.low:+.1f}, {r.high:+.1f}]"
+            mean = "" if not math.isfinite(r.mean_er) else f"{r.mean_er:+.1f}"   # plain text: nothing to escape
+            mark = MARKS.get(r.verdict)
+            mean += f" {mark}" if mark else f" <small>{esc(r.verdict)}</small>"
+            interval = (f"<br><small>[{r.low:+.1f}, {r.high:+.1f}]</small>"
+                        if math.isfinite(r.low) and math.isfinite(r.high) else "")
             colour = COLOURS.get(r.verdict)
-            style = f' style="background:{colour}"' if colour else ""
-            cells.append(f'<td class="num"{style} title="{esc(r.verdict)}, n = {r.n_models}">{esc(text)}'
-                         f"<br><small>{esc(r.verdict)}</small></td>")
+            style = f"background:{colour};" if colour else ""
+            cells.append(f'<td class="num" style="{style}white-space:nowrap" title="{esc(r.verdict)}, '
+                         f'n = {r.n_models}">{mean}'
+                         f"{interval}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
-    return f'<table class="sb-small"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+    legend = " · ".join(f'<span style="background:{COLOURS[v]};padding:0 4px">{m} {esc(v)}</span>'
+                        for v, m in MARKS.items())
+    return (f'<p class="sb-note">Each cell: mean effective robustness (pp) and its verdict, {legend}; under it the '
+            f'95% interval.</p><table class="sb-small"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}'
+            "</tbody></table>")
 
 
 @register_section

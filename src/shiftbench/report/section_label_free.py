@@ -60,6 +60,7 @@ from shiftbench.report.sections import (
     Section,
     TestbedReport,
     esc,
+    pair_html,
     register_section,
     section_html,
     small_table,
@@ -458,20 +459,21 @@ class LabelFreeSection(Section):
         out.mkdir(parents=True, exist_ok=True)
         families = run.families
         shown = representative(run.shifts)
-        parts.append("<h3>Agreement and accuracy lines</h3>"
-                     "<p>Grey: the agreement of every pair of models inside [5%, 98%] on both sets; black: "
-                     "each model's accuracy; dashed: the agreement line, solid: the accuracy line (probit fits). "
-                     "Where the two lines coincide, agreement is on the line and ALine's estimates inherit the "
-                     "accuracy line. The verdict is the same-line F test (Chow test; pairs share models, so read "
-                     f"p as a guide) at α = {ON_LINE_ALPHA}. The dropdown shows every computed shift.</p>")
-        parts.append(ctx.plot(lines_figure(run, shown[0])))
-        parts.append(ctx.static_figure(plot_lines(run, shown), out / "lines"))
+        lines = ("<h3>Agreement and accuracy lines</h3>"
+                 "<p>Grey: the agreement of every pair of models inside [5%, 98%] on both sets; black: "
+                 "each model's accuracy; dashed: the agreement line, solid: the accuracy line (probit fits). "
+                 "Where the two lines coincide, agreement is on the line and ALine's estimates inherit the "
+                 "accuracy line. The verdict is the same-line F test (Chow test; pairs share models, so read "
+                 f"p as a guide) at α = {ON_LINE_ALPHA}. The dropdown shows every computed shift.</p>"
+                 + ctx.plot(lines_figure(run, shown[0]), half=True)
+                 + ctx.static_figure(plot_lines(run, shown), out / "lines"))
         points = _scatter_rows(run)
-        parts.append("<h3>Estimates against the truth</h3>"
-                     f"<p>{len(points):,} estimates ({points['model'].nunique()} models × {len(run.shifts)} shifts "
-                     "× method); on the dotted line an estimate is exact.</p>")
-        parts.append(ctx.plot(estimates_figure(points)))
-        parts.append(ctx.static_figure(plot_estimates(points), out / "estimates"))
+        truth = ("<h3>Estimates against the truth</h3>"
+                 f"<p>{len(points):,} estimates ({points['model'].nunique()} models × {len(run.shifts)} shifts "
+                 "× method); on the dotted line an estimate is exact.</p>"
+                 + ctx.plot(estimates_figure(points), half=True)
+                 + ctx.static_figure(plot_estimates(points), out / "estimates"))
+        parts.append(pair_html(lines, truth))   # side by side: two square plots, each half the page wide
         table = estimation_errors(run.estimates, families)
         parts.append("<h3>Mean absolute error per shift family</h3>"
                      "<p>Mean |estimate − truth| in percentage points over every model and shift of the family; "

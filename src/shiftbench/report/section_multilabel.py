@@ -25,6 +25,7 @@ from shiftbench.report.sections import (
     ReportContext,
     Section,
     TestbedReport,
+    choice_html,
     esc,
     register_section,
     section_html,
@@ -119,20 +120,31 @@ class MultiLabelSection(Section):
                  "mostly tracks IID mAP: read the r column.</p>"]
         out = ctx.out_dir / "multilabel"
         out.mkdir(parents=True, exist_ok=True)
-        for name, rows in frame.groupby("study", sort=True):
-            table = dfr_table(rows)
-            trends = dfr_trends(rows, scale=ctx.scale)
-            title = f"IID vs OOD mAP: {name} ({len(table)} models)"
-            parts.append(f"<h3>{esc(name)}</h3>")
-            parts.append(ctx.plot(_interactive(table, trends, title, ctx.scale)))
-            parts.append(ctx.static_figure(_static(table, trends, title, ctx.scale), out / f"{name}-trend"))
-            parts.append("<p>Fit of OOD mAP on IID mAP per OOD set (mean drop: IID minus OOD, points).</p>")
-            parts.append(small_table(trends, {c: ".3f" if c in ("slope", "intercept", "r2", "r") else ".2f"
-                                              for c in ("slope", "intercept", "r2", "r", "mean_drop")}))
-            paper = table.reset_index()
-            parts.append("<p>mAP (%) in the paper's form: IID, each OOD set, the OOD average.</p>")
-            parts.append('<div class="sb-table-scroll">' + small_table(paper, {c: ".1f" for c in paper.columns
-                                                                         if c != "model"}) + "</div>")
-            parts.append(ctx.table(paper, out / f"{name}-table", f"Multi-label shifts: {name} (mAP %)"))
+        studies = [(name, rows) for name, rows in frame.groupby("study", sort=True)]
+        if len(studies) == 1:
+            parts.append(f"<h3>{esc(studies[0][0])}</h3>" + self._study(ctx, *studies[0], out))
+        else:   # one study at a time
+            parts.append(choice_html("Study", [(name, ctx.anchor(self.key, name),
+                                                f"<h3>{esc(name)}</h3>" + self._study(ctx, name, rows, out))
+                                               for name, rows in studies]))
         anchor = ctx.anchor(self.key)
         return [Rendered(self.title, anchor, section_html(anchor, self.title, "".join(parts), level=2))]
+
+    @staticmethod
+    def _study(ctx: ReportContext, name: str, rows: pd.DataFrame, out) -> str:
+        """One study: the IID-OOD plot, the fit per OOD set, and the paper's table folded."""
+        table = dfr_table(rows)
+        trends = dfr_trends(rows, scale=ctx.scale)
+        title = f"IID vs OOD mAP: {name} ({len(table)} models)"
+        paper = table.reset_index()
+        return "".join([
+            ctx.plot(_interactive(table, trends, title, ctx.scale)),
+            ctx.static_figure(_static(table, trends, title, ctx.scale), out / f"{name}-trend"),
+            "<p>Fit of OOD mAP on IID mAP per OOD set (mean drop: IID minus OOD, points).</p>",
+            small_table(trends, {c: ".3f" if c in ("slope", "intercept", "r2", "r") else ".2f"
+                                 for c in ("slope", "intercept", "r2", "r", "mean_drop")}),
+            f"<details><summary>mAP (%) in the paper's form: IID, each OOD set, the OOD average ({len(paper)} "
+            "models)</summary>",
+            '<div class="sb-table-scroll" style="white-space: nowrap">'
+            + small_table(paper, {c: ".1f" for c in paper.columns if c != "model"}) + "</div></details>",
+            ctx.table(paper, out / f"{name}-table", f"Multi-label shifts: {name} (mAP %)")])

@@ -20,7 +20,9 @@ from shiftbench.report.sections import (
     ReportContext,
     Section,
     TestbedReport,
+    choice_html,
     esc,
+    pair_html,
     register_section,
     section_html,
     slug,
@@ -133,27 +135,59 @@ class ResolutionSection(Section):
                  "model's own resize-to-crop ratio unless the sweep was run with <code>--no-adjust</code>; "
                  "★ marks each model's most accurate resolution, ○ its native input size "
                  "(Touvron et al. 2019).</p>"]
-        for setting, sub in rows.groupby("setting", sort=True):
-            parts.append(f"<h3>{esc(setting)}</h3>")
-            title = f"Accuracy against test resolution on {setting}"
-            if sub["accuracy"].notna().any():
-                parts.append(ctx.plot(resolution_figure(sub, title=title)))
-                stem = ctx.out_dir / "resolution" / slug(setting)
-                parts.append(ctx.static_figure(plot_resolution(sub, title=title), stem))
-            failed = sub[sub["error"].notna()]
-            if len(failed):
-                parts.append('<p class="sb-reason">Not run at every resolution (the full messages are in the '
-                             "CSV):</p><ul>" + "".join(
-                                 f"<li>{esc(model)} at {', '.join(str(int(r)) for r in f['resolution'])} px: "
-                                 f"{esc(_short(f['error'].iloc[0]))}</li>"
-                                 for model, f in failed.groupby("model", sort=False)) + "</ul>")
-            shown = sub[sub["error"].isna()]
-            shown = shown.assign(best=np.where(shown["best"].astype(bool), "★", ""),
-                                 native=np.where(shown["native"].astype(bool), "○", ""))
-            parts.append(small_table(shown.drop(columns=["setting", "error"]).rename(
-                columns={"accuracy": "top-1 %", "top5": "top-5 %", "n_examples": "examples"}),
-                {"resolution": "d", "resize": ".0f", "top-1 %": ".2f", "top-5 %": ".2f", "examples": "d"}))
-            parts.append(ctx.table(sub, ctx.out_dir / "resolution" / slug(setting),
-                                   f"Top-1 accuracy (%) against test resolution on {setting}"))
+        settings = [(setting, sub) for setting, sub in rows.groupby("setting", sort=True)]
+        if len(settings) == 1:
+            parts.append(f"<h3>{esc(settings[0][0])}</h3>" + self._setting(ctx, *settings[0]))
+        else:   # one setting at a time
+            parts.append(choice_html("Setting", [
+                (setting, ctx.anchor(self.key, setting), f"<h3>{esc(setting)}</h3>" + self._setting(ctx, setting, sub))
+                for setting, sub in settings]))
         anchor = ctx.anchor(self.key)
         return [Rendered(self.title, anchor, section_html(anchor, self.title, "".join(parts), level=2))]
+
+    def _setting(self, ctx: ReportContext, setting: str, sub: pd.DataFrame) -> str:
+        """One setting: the curves, then per model its best and native resolutions beside the
+        resolutions it could not run at; every (model, resolution) row folds."""
+        parts = []
+        title = f"Accuracy against test resolution on {setting}"
+        if sub["accuracy"].notna().any():
+            parts.append(ctx.plot(resolution_figure(sub, title=title)))
+            stem = ctx.out_dir / "resolution" / slug(setting)
+            parts.append(ctx.static_figure(plot_resolution(sub, title=title), stem))
+        shown = sub[sub["error"].isna()]
+        summary = ('<div style="white-space: nowrap">'
+                   + small_table(best_native(shown), {"native": "s", "best ★": "s"}) + "</div>")
+        failed = sub[sub["error"].notna()]
+        if len(failed):
+            failures = ('<p class="sb-reason">Not run at every resolution (the full messages are in the '
+                        "CSV):</p><ul>" + "".join(
+                            f"<li>{esc(model)} at {', '.join(str(int(r)) for r in f['resolution'])} px: "
+                            f"{esc(_short(f['error'].iloc[0]))}</li>"
+                            for model, f in failed.groupby("model", sort=False)) + "</ul>")
+            parts.append(pair_html(summary, failures))
+        else:
+            parts.append(summary)
+        shown = shown.assign(best=np.where(shown["best"].astype(bool), "★", ""),
+                             native=np.where(shown["native"].astype(bool), "○", ""))
+        parts.append(f"<details><summary>Every model at every resolution ({len(shown)} rows)</summary>"
+                     + small_table(shown.drop(columns=["setting", "error"]).rename(
+                         columns={"accuracy": "top-1 %", "top5": "top-5 %", "n_examples": "examples"}),
+                         {"resolution": "d", "resize": ".0f", "top-1 %": ".2f", "top-5 %": ".2f", "examples": "d"})
+                     + "</details>")
+        parts.append(ctx.table(sub, ctx.out_dir / "resolution" / slug(setting),
+                               f"Top-1 accuracy (%) against test resolution on {setting}"))
+        return "".join(parts)
+
+
+def best_native(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per model (rows that ran): its native resolution and its most accurate one, each as
+    "resolution px: top-1 %" (blank where unknown)."""
+    def cell(mark: pd.DataFrame) -> str:
+        return f"{int(mark['resolution'].iloc[0])} px: {float(mark['accuracy'].iloc[0]):.2f}%" if len(mark) else ""
+
+    out = []
+    for model, sub in rows.groupby("model", sort=True):
+        ok = sub[sub["accuracy"].notna()]
+        out.append({"model": model, "native": cell(ok[ok["native"].astype(bool)]),
+                    "best ★": cell(ok[ok["best"].astype(bool)])})
+    return pd.DataFrame(out, columns=["model", "native", "best ★"])
