@@ -160,6 +160,23 @@ def test_a_model_without_a_reachable_penultimate_layer_is_an_error_naming_it(tas
         run(task, tmp_path / "s", model=spec)
 
 
+def test_features_from_a_named_layer_and_an_unknown_layer_named_with_the_option(task, tmp_path):
+    import torch
+
+    x = torch.rand(3, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    cnn = load_model("python:transfer_models:digits_cnn")
+    net = cnn.module.net
+    want = net.features[:4](((x - 0.1) / 0.3).mean(1, keepdim=True)).flatten(1)   # the first conv stage
+    assert torch.allclose(T.penultimate(cnn, "features.3")(x), want, atol=1e-5)
+    with pytest.raises(ModelError, match="unknown layer of model .* 'feature'; did you mean 'features'"):
+        T.penultimate(cnn, "feature")
+    # a model without a Linear classifier transfers through the layer --features names
+    rows = run(task, tmp_path / "s", model="python:transfer_models:conv_head", features="body")
+    assert rows["accuracy"].notna().all()
+    with pytest.raises(ModelError, match="--features LAYER"):
+        run(task, tmp_path / "s2", model="python:transfer_models:conv_head")
+
+
 def test_a_task_with_fewer_than_1000_examples_uses_them_all_and_says_so(tmp_path):
     colour_folder(tmp_path / "train", 50)
     colour_folder(tmp_path / "test", 14)

@@ -59,6 +59,9 @@ def register(app: typer.Typer) -> None:
         executor: Annotated[str, typer.Option(
             "--executor", help="local, or ray: one Ray task per (model, task) writing to the same store.")] = "local",
         force: Annotated[bool, typer.Option("--force", help="Recompute finished results and cached features.")] = False,
+        features: Annotated[str | None, typer.Option(
+            "--features", help="The layer whose output is the feature vector (a name of the network's "
+            "named_modules(), e.g. avgpool); default: the input of the final Linear classifier.")] = None,
         as_json: JsonOpt = False,
     ) -> None:
         """Transfer each model to each task (VTAB-1k: 800 + 200 training examples drawn with --seed, the
@@ -78,7 +81,7 @@ def register(app: typer.Typer) -> None:
         frame = transfer(model, task_list, protocol=protocol, store=store or DEFAULT_STORE, seed=seed,
                          executor=executor, progress=not as_json, n_train=n_train, n_val=n_val,
                          finetune_steps=finetune_steps, data_root=data_root, batch_size=batch_size, device=device,
-                         force=force)
+                         force=force, features=features)
         means = transfer_group_means(frame, _groups(groups), protocol=protocol)
         if as_json:
             rows = [{k: (_num(v) if isinstance(v, float) else v) for k, v in r.items()}

@@ -176,6 +176,9 @@ class TransferConfig:
     force: bool = False
     progress: bool = False
     load_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    #: the module (a name of ``named_modules()``) whose output is the feature vector; None: the
+    #: penultimate layer found automatically (:func:`penultimate`)
+    features: str | None = None
 
     def check(self) -> None:
         """Validate at the boundary (a :class:`ConfigError` naming the option)."""
@@ -224,8 +227,12 @@ def draw_split(n: int, n_train: int = 800, n_val: int = 200, seed: int = 0) -> t
 
 
 # ---------------------------------------------------------------------------- penultimate features
-def penultimate(loaded: LoadedModel) -> Callable[[Any], Any]:
+def penultimate(loaded: LoadedModel, layer: str | None = None) -> Callable[[Any], Any]:
     """A function from a [0, 1] batch ``(B, 3, H, W)`` to the model's penultimate features ``(B, D)``.
+
+    ``layer`` names a module of the network (as ``named_modules()`` lists it, e.g. ``avgpool`` or
+    ``features.6``; ``--features`` on the command line): its output, flattened, is the feature
+    vector instead.
 
     timm models: ``forward_head(forward_features(x), pre_logits=True)`` (timm's own pre-logits).
     Any other ``nn.Module`` (torchvision, checkpoints, the digits zoo, python models): the input
@@ -239,14 +246,16 @@ def penultimate(loaded: LoadedModel) -> Callable[[Any], Any]:
 
     module = loaded.module
     net = module.net if isinstance(module, Normalized) else module
+    if layer is not None:
+        return _layer_features(loaded, module, net, layer)
     if hasattr(net, "forward_head") and hasattr(net, "forward_features") and "timm" in type(net).__module__:
         def timm_features(x):
             z = (x - module.mean.to(x.dtype)) / module.std.to(x.dtype) if net is not module else x
             return net.forward_head(net.forward_features(z), pre_logits=True).flatten(1)
         return timm_features
 
-    hint = ("give a model whose last layer is a torch.nn.Linear classifier (or a timm model), or wrap it so "
-            "that it is")
+    hint = ("name the layer whose output to use with --features LAYER (features= in Python; a name of the "
+            "network's named_modules()), or give a model whose last layer is a torch.nn.Linear classifier")
     if not isinstance(module, torch.nn.Module):
         raise ModelError(f"model {loaded.name!r}: not a torch module, so it has no penultimate layer; {hint}")
     ran: list[tuple[Any, Any]] = []
@@ -286,6 +295,33 @@ def penultimate(loaded: LoadedModel) -> Callable[[Any], Any]:
     return hooked_features
 
 
+def _layer_features(loaded: LoadedModel, module: Any, net: Any, layer: str) -> Callable[[Any], Any]:
+    """The flattened output of the module ``layer`` of ``net`` as features (``--features``)."""
+    import torch  # deferred: loads torch
+
+    from shiftbench.errors import did_you_mean  # deferred: registers on import
+
+    if not isinstance(net, torch.nn.Module):
+        raise ModelError(f"model {loaded.name!r}: not a torch module, so it has no layer {layer!r}")
+    named = dict(net.named_modules())
+    if layer not in named or layer == "":
+        raise ModelError(did_you_mean(f"layer of model {loaded.name!r}", layer, [n for n in named if n],
+                                      "pass one of its named_modules() to --features"))
+
+    def layer_features(x):
+        box: list[Any] = []
+        handle = named[layer].register_forward_hook(lambda m, i, o: box.append(o))
+        try:
+            module(x)
+        finally:
+            handle.remove()
+        if not box or not isinstance(box[-1], torch.Tensor):
+            raise ModelError(f"model {loaded.name!r}: layer {layer!r} did not run or returned no tensor; choose "
+                             "another --features layer")
+        return box[-1].flatten(1)
+    return layer_features
+
+
 class _Pixels:
     """torch Dataset: example ``indices[k]`` of ``dataset`` through ``transform`` -> (pixels, k, error)."""
 
@@ -315,12 +351,13 @@ def _batches(loaded: LoadedModel, dataset: Any, indices: Sequence[int], batch_si
 
 
 def extract_features(loaded: LoadedModel, dataset: Any, indices: Sequence[int], *, batch_size: int = 128,
-                     device: str = "cpu", workers: int = 0) -> tuple[np.ndarray, np.ndarray, list[str]]:
+                     device: str = "cpu", workers: int = 0, layer: str | None = None
+                     ) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """Penultimate features (float32, ``(m, D)``) of the examples ``indices`` of ``dataset``, the
     positions (into ``indices``) of the ``m`` that decoded, and the decode errors of the others."""
     import torch  # deferred: loads torch
 
-    features = penultimate(loaded)
+    features = penultimate(loaded, layer)
     loaded.module.to(device).eval()
     chunks, kept, errors = [], [], []
     with torch.inference_mode():
@@ -340,7 +377,7 @@ def _cached_features(store: Store, loaded: LoadedModel, dataset: Any, setting: s
     """:func:`extract_features`, read from ``<store>/features/<digest>.npz`` when computed before."""
     key = digest({"model": loaded.name, "weights": loaded.fingerprint, "preprocessing": loaded.preprocessing.to_dict(),
                   "setting": setting, "dataset": dataset.name, "ids": digest([dataset.ids[i] for i in indices]),
-                  "features": "penultimate", "version": ".".join(__version__.split(".")[:2])})
+                  "features": config.features or "penultimate", "version": ".".join(__version__.split(".")[:2])})
     path = store.root / "features" / f"{key}.npz"
     if path.exists() and not config.force:
         try:
@@ -349,7 +386,7 @@ def _cached_features(store: Store, loaded: LoadedModel, dataset: Any, setting: s
         except (OSError, ValueError, KeyError):
             pass  # an unreadable cache file is recomputed and replaced
     feats, pos, errors = extract_features(loaded, dataset, indices, batch_size=config.batch_size, device=device,
-                                          workers=config.workers)
+                                          workers=config.workers, layer=config.features)
 
     def write(tmp: Path) -> None:
         with open(tmp, "wb") as fh:
@@ -421,7 +458,7 @@ def _finetuned(loaded: LoadedModel, x: Any, y: np.ndarray, num_classes: int, lr:
 
     torch.manual_seed(config.seed)
     copy_ = dataclasses.replace(loaded, module=copy.deepcopy(loaded.module).to(device))
-    features = penultimate(copy_)
+    features = penultimate(copy_, config.features)
     with torch.no_grad():
         dim = features(x[:2].to(device)).shape[1]
     head = torch.nn.Linear(dim, num_classes).to(device)
@@ -524,7 +561,8 @@ def transfer_task(model: str | LoadedModel, task: TransferTask, config: Transfer
                 "train": task.train, "test": task.test, "protocol": config.protocol, "seed": int(config.seed),
                 "n_train": config.n_train, "n_val": config.n_val, **grid,
                 "data": digest([train_ds.ids, train_ds.targets, test_ds.ids, test_ds.targets]),
-                "version": ".".join(__version__.split(".")[:2])}
+                "version": ".".join(__version__.split(".")[:2]),
+                **({"features": config.features} if config.features else {})}
     key = digest(key_meta)
     target.register(key, key_meta)
     if config.force:
