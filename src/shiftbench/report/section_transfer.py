@@ -33,6 +33,7 @@ from shiftbench.report.sections import (
     Section,
     TestbedReport,
     calibration_rows,
+    choice_html,
     esc,
     register_section,
     section_html,
@@ -207,8 +208,12 @@ class TransferSection(Section):
         n_tasks = rows.groupby("group")["task"].nunique()
         title = (f"{target.testbed.name}: robustness vs transfer ({int(means['mean'].notna().sum())} models, "
                  + ", ".join(f"{g} {n}" for g, n in n_tasks.items()) + " tasks)")
-        parts = [intro, ctx.plot(_heatmap(corr, "rho", "Spearman rho with group-mean transfer accuracy")),
-                 ctx.plot(_heatmap(corr, "partial_rho", f"Partial rho, ID accuracy ({x}) partialled out")),
+        # the two heatmaps share one place on the page: a selector shows one at a time
+        parts = [intro, choice_html("Correlation", [
+                     ("Spearman ρ", ctx.anchor(self.key, "rho"),
+                      ctx.plot(_heatmap(corr, "rho", "Spearman rho with group-mean transfer accuracy"))),
+                     (f"partial ρ given {x} accuracy", ctx.anchor(self.key, "partial"),
+                      ctx.plot(_heatmap(corr, "partial_rho", f"Partial rho, ID accuracy ({x}) partialled out")))]),
                  ctx.static_figure(_static(corr, title), out / "robustness-transfer")]
         table = corr.rows.assign(metric=corr.rows["metric"].map(_label))
         parts.append(ctx.table(table, out / "robustness-transfer", "Spearman correlation of robustness metrics with "
@@ -218,8 +223,10 @@ class TransferSection(Section):
                                                for t in tasks.itertuples()) + ". Mean transfer accuracy (%) per task "
                      "group, by model (best first):</p>")
         shown = means[means["n_tasks"] > 0].sort_values("mean", ascending=False).reset_index()
-        parts.append('<div class="sb-table-scroll">' + small_table(
-            shown, {c: ".1f" for c in shown.columns if c not in ("model", "n_tasks")} | {"n_tasks": "d"}) + "</div>")
+        parts.append(f"<details><summary>Mean transfer accuracy of the {len(shown)} models</summary>"
+                     '<div class="sb-table-scroll">' + small_table(
+                         shown, {c: ".1f" for c in shown.columns if c not in ("model", "n_tasks")} | {"n_tasks": "d"})
+                     + "</div></details>")
         parts.append(ctx.table(shown, out / "transfer-group-means", "Mean transfer accuracy (%) per task group"))
         if corr.notes:
             parts.append(f'<p class="sb-note">{esc("; ".join(corr.notes))}.</p>')
