@@ -20,6 +20,7 @@ from shiftbench.cli_options import (
     DataRootOpt,
     DeviceOpt,
     JsonOpt,
+    ModelsOpt,
     SeedOpt,
     StoreOpt,
 )
@@ -36,8 +37,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("transfer")
     def transfer_cmd(
-        model: Annotated[list[str], typer.Option(
-            "--model", "-m", help="Model spec (timm:..., torchvision:..., checkpoint:FILE, python:mod:fn). Repeatable.")],
+        model: ModelsOpt = None,
         task: Annotated[list[str] | None, typer.Option(
             "--task", help="A task: NAME=TRAIN_SETTING,TEST_SETTING[,GROUP], e.g. "
             "pets=folder:pets/train,folder:pets/test,natural. Repeatable.")] = None,
@@ -78,6 +78,9 @@ def register(app: typer.Typer) -> None:
             task_list += read_tasks(tasks, _groups(groups))
         if not task_list:
             raise ConfigError("shiftbench transfer: no task; give --task NAME=TRAIN,TEST[,GROUP] or --tasks FILE")
+        if not model:
+            raise ConfigError("no model to transfer; give one or more --model SPEC (timm:..., torchvision:..., "
+                              "checkpoint:FILE, python:mod:fn)")
         frame = transfer(model, task_list, protocol=protocol, store=store or DEFAULT_STORE, seed=seed,
                          executor=executor, progress=not as_json, n_train=n_train, n_val=n_val,
                          finetune_steps=finetune_steps, data_root=data_root, batch_size=batch_size, device=device,
