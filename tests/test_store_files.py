@@ -123,3 +123,27 @@ def test_temporary_names_are_unique(tmp_path: Path) -> None:
     assert names[0] != names[1]
     assert path.read_bytes() == b"outer"
     assert _leftovers(tmp_path) == []
+
+
+def test_reading_many_keys_in_one_scan_gives_what_one_key_at_a_time_gives(tmp_path: Path) -> None:
+    import pandas as pd
+    import pyarrow as pa
+
+    from shiftbench.store import Store
+
+    store = Store(tmp_path / "s")
+    keys = ["0123456789012345", "abcdef0123456789", "00000000000000ff"]   # an all-digit key stays text
+    for j, key in enumerate(keys):
+        for chunk in (1, 0):  # written out of order: rows come back in index order
+            idx = list(range(chunk * 4, chunk * 4 + 4))
+            store.write_part(key, chunk, pa.table({"index": pa.array(idx, pa.int64()),
+                                                   "id": [f"im{i}" for i in idx], "status": ["ok"] * 4,
+                                                   "correct": [(i + j) % 2 == 0 for i in idx]}))
+    old = "11111111aaaaaaaa"   # parts written before a column existed: read on their own
+    store.write_part(old, 0, pa.table({"index": pa.array([0, 1], pa.int64()), "id": ["a", "b"],
+                                       "status": ["ok", "ok"]}))
+    many = store.read_predictions_of([*keys, old, "nopartsatall0000"], ["id", "status", "correct"])
+    for key in keys:
+        pd.testing.assert_frame_equal(many[key], store.read_predictions(key, ["id", "status", "correct"]))
+        assert many[key]["index"].tolist() == list(range(8))
+    assert list(many[old].columns) == ["index", "id", "status"] and many["nopartsatall0000"].empty

@@ -270,8 +270,10 @@ def correctness_matrix(store: Store | str | Path, setting: str, models: Iterable
     align = _IdAligner(st, setting)
     rows: list[np.ndarray] = []
     k = _pm_k_of(setting)
+    cols = ["id", "status", "correct", "group", "offset"] if k is not None else ["id", "status", "correct"]
+    preds = st.read_predictions_of(list(here["key"]), columns=cols)
     for row in here.itertuples(index=False):
-        pred = st.read_predictions(row.key, columns=["id", "status", "correct", "group", "offset"])
+        pred = preds[row.key]
         if pred.empty or not {"id", "status", "correct"} <= set(pred.columns):
             raise DataError(f"{st.root}: no per-example predictions for model {row.model!r} on {setting!r} "
                             f"(key {row.key}); rerun `shiftbench eval --force` for it")

@@ -131,6 +131,32 @@ class Store:
                              "model and setting") from exc
         return frame.sort_values("index", kind="stable").reset_index(drop=True)
 
+    def read_predictions_of(self, keys: Sequence[str], columns: Sequence[str]) -> dict[str, pd.DataFrame]:
+        """:meth:`read_predictions` of several keys (``columns`` only), read in one Parquet scan
+        over all their parts - on the digits store several times faster than one read per key. Keys
+        whose parts lack one of ``columns`` (a store written before the column existed) and keys
+        without parts are read one at a time, as :meth:`read_predictions` reads them."""
+        import pyarrow.dataset as ds  # deferred: pyarrow's dataset module (the store loads pyarrow)
+
+        wanted = list(dict.fromkeys(["index", *columns]))
+        files = {k: sorted(self._key_dir(k).glob("part-*.parquet")) for k in dict.fromkeys(keys)}
+        out: dict[str, pd.DataFrame] = {}
+        scan = [str(f) for fs in files.values() for f in fs]
+        if scan:
+            try:
+                # the key is text: an all-digit hex digest must not be read as a number
+                data = ds.dataset(scan, format="parquet", partition_base_dir=str(self.root / "predictions"),
+                                  partitioning=ds.partitioning(pa.schema([("key", pa.string())]), flavor="hive"))
+                same = all(set(wanted) <= set(pq.read_schema(fs[0]).names) for fs in files.values() if fs)
+                if same and set(wanted) <= set(data.schema.names):
+                    frame = data.to_table(columns=[*wanted, "key"]).to_pandas()
+                    for key, part in frame.groupby("key", sort=False, observed=True):
+                        out[str(key)] = (part.drop(columns="key").sort_values("index", kind="stable")
+                                         .reset_index(drop=True))
+            except (pa.ArrowInvalid, OSError):
+                out = {}  # read one key at a time below, which names the unreadable part
+        return {k: out[k] if k in out else self.read_predictions(k, columns) for k in files}
+
     def finish(self, key: str, summary: Mapping[str, Any]) -> None:
         """Mark ``key`` finished with its summary (atomic)."""
         _atomic_write_bytes(self.root / "done" / f"{key}.json",
