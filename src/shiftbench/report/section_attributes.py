@@ -17,7 +17,6 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from shiftbench.errors import ShiftbenchError
 from shiftbench.report.interactive import plotly_text
 from shiftbench.report.sections import (
     Rendered,
@@ -28,6 +27,7 @@ from shiftbench.report.sections import (
     register_section,
     section_html,
     small_table,
+    stored_studies,
 )
 from shiftbench.studies.attributes import STUDY_KIND
 
@@ -35,13 +35,7 @@ REQUIRED = {"split", "kind", "n", "accuracy"}
 
 
 def _studies(ctx: ReportContext) -> pd.DataFrame:
-    if ctx.store is None:
-        return pd.DataFrame()
-    try:
-        frame = ctx.store.read_studies(STUDY_KIND)
-    except ShiftbenchError:
-        return pd.DataFrame()
-    return frame if REQUIRED <= set(frame.columns) else pd.DataFrame()
+    return stored_studies(ctx, STUDY_KIND, REQUIRED)
 
 
 def _ordered(frame: pd.DataFrame) -> pd.DataFrame:

@@ -18,7 +18,6 @@ import plotly.graph_objects as go
 
 from shiftbench.analysis.multilabel import IID, OOD_AVERAGE, dfr_table, dfr_trends
 from shiftbench.analysis.scaling import inverse, transform
-from shiftbench.errors import ShiftbenchError
 from shiftbench.report.interactive import plotly_text
 from shiftbench.report.sections import (
     Rendered,
@@ -30,6 +29,7 @@ from shiftbench.report.sections import (
     register_section,
     section_html,
     small_table,
+    stored_studies,
 )
 
 STUDY_KIND = "multilabel"
@@ -40,13 +40,8 @@ MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 
 
 def _studies(ctx: ReportContext) -> pd.DataFrame:
-    if ctx.store is None:
-        return pd.DataFrame()
-    try:
-        frame = ctx.store.read_studies(STUDY_KIND)
-    except ShiftbenchError:
-        return pd.DataFrame()
-    return frame if REQUIRED <= set(frame.columns) and (frame["split"] == "id-test").any() else pd.DataFrame()
+    frame = stored_studies(ctx, STUDY_KIND, REQUIRED)
+    return frame if not frame.empty and (frame["split"] == "id-test").any() else pd.DataFrame()
 
 
 def _line(trend: pd.Series, lo: float, hi: float, scale: str) -> tuple[np.ndarray, np.ndarray]:

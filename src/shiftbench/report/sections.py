@@ -246,6 +246,19 @@ def section_html(anchor: str, title: str, body: str, level: int = 3) -> str:
             f"{body}</section>")
 
 
+def stored_studies(ctx: ReportContext, kind: str, required: set[str]) -> pd.DataFrame:
+    """Every study of ``kind`` in the report's store (``Store.read_studies``), or an empty frame
+    when there is no store, the studies cannot be read, or they lack a ``required`` column - the
+    test a study-backed section's ``available`` makes."""
+    if ctx.store is None:
+        return pd.DataFrame()
+    try:
+        frame = ctx.store.read_studies(kind)
+    except ShiftbenchError:
+        return pd.DataFrame()
+    return frame if required <= set(frame.columns) else pd.DataFrame()
+
+
 def small_table(frame: pd.DataFrame, numeric: dict[str, str]) -> str:
     """A static HTML table (every cell escaped); ``numeric`` maps columns to format specs."""
     head = "".join(f'<th class="{"num" if c in numeric else ""}">{esc(c)}</th>' for c in frame.columns)
