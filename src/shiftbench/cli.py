@@ -465,7 +465,7 @@ REFERENCE_TESTBEDS = ("imagenet-reference", "timm-reference")
 
 
 def _html_report(testbeds, output: Path, *, store: Path | None, n_resamples: int, scale: str = "logit",
-                 shifts=None, highlight=()) -> Path:
+                 shifts=None, highlight=(), cache: bool = True) -> Path:
     """write_html_report with a progress bar on stderr."""
     from shiftbench.report import (  # deferred: loads Pillow, loads matplotlib, loads plotly, loads pyarrow
         NATURAL_SHIFTS,
@@ -482,7 +482,7 @@ def _html_report(testbeds, output: Path, *, store: Path | None, n_resamples: int
             progress.advance(task)
 
         path = write_html_report(testbeds, output, store=store, shifts=shifts, n_resamples=n_resamples,
-                                 scale=scale, on_step=step, highlight=list(highlight) or None)
+                                 scale=scale, on_step=step, highlight=list(highlight) or None, cache=cache)
         progress.update(task, description="HTML report written")
     return path
 
@@ -494,6 +494,8 @@ def report_cmd(
     store: StoreAddOpt = None,
     scale: ScaleOpt = "logit",
     n_resamples: ResamplesOpt = 1000,
+    cache: Annotated[bool, typer.Option("--cache/--no-cache", help="Reuse the slow analyses and unchanged "
+                                        "figures of the last build (kept in OUTPUT/.shiftbench-cache).")] = True,
 ) -> None:
     """Write a self-contained interactive HTML report (index.html) plus static figures and tables.
 
@@ -510,7 +512,8 @@ def report_cmd(
         testbeds, highlight = [merged], merged.added
     else:
         testbeds, highlight = [load_testbed(t) for t in REFERENCE_TESTBEDS], []
-    path = _html_report(testbeds, output, store=store, n_resamples=n_resamples, scale=scale, highlight=highlight)
+    path = _html_report(testbeds, output, store=store, n_resamples=n_resamples, scale=scale, highlight=highlight,
+                        cache=cache)
     typer.echo(f"report: {path.resolve()}")
 
 

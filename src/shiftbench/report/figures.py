@@ -42,6 +42,12 @@ from shiftbench.analysis.intervals import accuracy_interval  # noqa: E402
 from shiftbench.analysis.scaling import inverse, transform  # noqa: E402
 from shiftbench.analysis.trend import DEFAULT_FIT_ON, Band, TrendFit, bootstrap_band, fit_trend  # noqa: E402
 from shiftbench.errors import ConfigError  # noqa: E402
+from shiftbench.report.cache import (  # noqa: E402
+    content_hash,
+    figure_is_current,
+    figure_record_path,
+    write_figure_record,
+)
 from shiftbench.testbed import Testbed  # noqa: E402
 
 #: Colours (Okabe & Ito's colour-blind-safe palette) and legend labels per model type; the
@@ -484,11 +490,61 @@ def save_figure_formats(fig: Figure, stem: str | Path, formats: Iterable[str] = 
     return paths
 
 
-def _save_pickled(blob: bytes, stem: str, formats: list[str]) -> list[str]:
-    """Worker side of :class:`FigureWriter`: unpickle a figure and save it in every format."""
+def stable_pickle(fig: Figure) -> tuple[bytes, bool]:
+    """The figure pickled so that equal figures give equal bytes in any process, and whether the
+    bytes may draw differently from the figure (then pickle it plainly to draw it).
+
+    Three things in a figure's pickle depend on the process rather than the figure: matplotlib
+    keys each transform's parents by ``id()`` (numbered in order here; unpickling only uses the
+    keys to drop dead parents); the figure's pyplot number (how many figures were open; left
+    out); and paths' interpolation steps: ``Axes.bar`` sets them to 100 on matplotlib's *shared*
+    unit rectangle, so every rectangle drawn later in the process (markers, legend patches)
+    inherits them. They only bend paths under non-affine transforms (polar axes), so they are
+    written as 1 here, and the second value says that happened: the bytes are then a key, and the
+    figure itself is pickled plainly to be drawn. The bytes are what :class:`FigureWriter` hashes
+    to skip unchanged figures.
+    """
+    import copyreg  # deferred: only when figures are pickled
+    import io  # deferred: as above
+    import pickle  # deferred: as above
+
+    from matplotlib.path import Path as MplPath  # deferred: with matplotlib
+    from matplotlib.transforms import TransformNode  # deferred: with matplotlib
+
+    changed = False
+
+    class _Stable(pickle.Pickler):
+        def reducer_override(self, obj):  # noqa: ANN001, ANN202 - pickle's protocol
+            nonlocal changed
+            if isinstance(obj, TransformNode):
+                state = obj.__getstate__()
+                state["_parents"] = dict(enumerate(state["_parents"].values()))
+                return copyreg.__newobj__, (type(obj),), state
+            if type(obj) is Figure:
+                state = obj.__getstate__()
+                state["_number"] = None
+                return copyreg.__newobj__, (Figure,), state
+            if isinstance(obj, MplPath) and obj._interpolation_steps != 1:
+                changed = True
+                return copyreg.__newobj__, (type(obj),), {**obj.__dict__, "_interpolation_steps": 1}
+            return NotImplemented
+
+    buf = io.BytesIO()
+    _Stable(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(fig)
+    return buf.getvalue(), changed
+
+
+def _save_pickled(blob: bytes, stem: str, formats: list[str], cache: str | None = None,
+                  key: str | None = None) -> list[str]:
+    """Worker side of :class:`FigureWriter`: unpickle a figure, save it in every format, and
+    record each file's content hash (``cache``, ``key``) once it is written."""
     import pickle  # deferred: only the worker process unpickles figures
 
-    return [str(p) for p in save_figure_formats(pickle.loads(blob), stem, formats)]  # noqa: S301 - our own figure
+    paths = save_figure_formats(pickle.loads(blob), stem, formats)  # noqa: S301 - our own figure
+    if cache is not None and key is not None:
+        for p in paths:
+            write_figure_record(Path(cache), key, p)
+    return [str(p) for p in paths]
 
 
 class FigureWriter:
@@ -502,26 +558,50 @@ class FigureWriter:
     re-import the caller's script, which then needs an ``if __name__ == "__main__"`` guard, and
     the worker only runs matplotlib (never torch or its OpenMP pool, which do not survive a fork).
     A figure that cannot be pickled is saved inline. ``workers=0`` saves everything inline.
+
+    With ``cache`` (a folder: the report's ``.shiftbench-cache``), a file whose figure has the
+    same content hash (SHA-256 of :func:`stable_pickle` and the matplotlib version) as when the
+    file was last written, and which is unchanged on disk since, is not drawn again
+    (:attr:`skipped` and :attr:`written` count files): rebuilding a report redraws only what
+    changed.
     """
 
-    def __init__(self, workers: int = 1) -> None:
+    def __init__(self, workers: int = 1, cache: str | Path | None = None) -> None:
         self.workers = workers if sys.platform.startswith("linux") else 0
+        self.cache = Path(cache) if cache is not None else None
+        self.skipped = 0
+        self.written = 0
         self._pool = None
         self._pending: list = []
 
     def save(self, fig: Figure, stem: str | Path, formats: Iterable[str] = FORMATS) -> list[Path]:
-        import pickle  # deferred: only used when figures are written in the background
-
         stem, formats = Path(stem), [f.lower() for f in formats]
         bad = [f for f in formats if f not in FORMATS]
         if bad:
             raise ConfigError(f"unknown figure format {bad[0]!r}; use .png, .svg or .pdf")
-        if self.workers < 1:
-            return save_figure_formats(fig, stem, formats)
+        paths = [stem.with_name(stem.name + ext) for ext in formats]
         try:
-            blob = pickle.dumps(fig)
+            blob, differs = stable_pickle(fig)
         except Exception:  # noqa: BLE001 - an unpicklable artist: save it here instead
-            return save_figure_formats(fig, stem, formats)
+            blob, differs = None, False
+        key, todo = None, formats
+        if blob is not None and self.cache is not None:
+            key = content_hash(blob, matplotlib.__version__, save_figure_formats)
+            todo = [ext for ext, p in zip(formats, paths) if not figure_is_current(self.cache, key, p)]
+            self.skipped += len(formats) - len(todo)
+        if not todo:
+            plt.close(fig)
+            return paths
+        if differs:      # the stable bytes may not draw exactly this figure: send it as it is
+            import pickle  # deferred: only when figures are written in the background
+
+            blob = pickle.dumps(fig, protocol=pickle.HIGHEST_PROTOCOL)
+        self.written += len(todo)
+        if self.workers < 1 or blob is None:
+            for p in save_figure_formats(fig, stem, todo):
+                if key is not None and self.cache is not None:
+                    write_figure_record(self.cache, key, p)
+            return paths
         plt.close(fig)
         stem.parent.mkdir(parents=True, exist_ok=True)
         if self._pool is None:
@@ -529,8 +609,9 @@ class FigureWriter:
             from concurrent.futures import ProcessPoolExecutor  # deferred: as above
 
             self._pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("fork"))
-        self._pending.append(self._pool.submit(_save_pickled, blob, str(stem), formats))
-        return [stem.with_name(stem.name + ext) for ext in formats]
+        self._pending.append(self._pool.submit(_save_pickled, blob, str(stem), todo,
+                                               None if self.cache is None else str(self.cache), key))
+        return paths
 
     def wait(self) -> None:
         """Block until every figure is written; the first worker error is raised here."""

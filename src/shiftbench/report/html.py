@@ -42,7 +42,8 @@ from pathlib import Path
 from shiftbench.analysis.scaling import check_scale
 from shiftbench.errors import ConfigError, did_you_mean
 from shiftbench.reference import data_notes
-from shiftbench.report.figures import FORMATS
+from shiftbench.report.cache import CACHE_DIR, ReportCache
+from shiftbench.report.figures import FORMATS, FigureWriter
 from shiftbench.report.sections import Rendered, ReportContext, TestbedReport, esc, render_sections
 from shiftbench.report.shifts import NATURAL_SHIFTS, ShiftPair, analyse_shift
 from shiftbench.testbed import Testbed
@@ -228,6 +229,7 @@ def write_html_report(
     title: str = "shiftbench report",
     on_step: Callable[[str], None] | None = None,
     highlight: Sequence[str] | None = None,
+    cache: bool = True,
 ) -> Path:
     """Write ``out_dir/index.html`` (self-contained) plus static figures and tables; returns its path.
 
@@ -255,6 +257,11 @@ def write_html_report(
         them on top as labelled stars, and a "Your models" section comes first in the report with
         their effective robustness, 95% interval and rank on every shift
         (:func:`~shiftbench.analysis.placement.place_models`).
+    cache:
+        Keep the results of the slow analyses (metric informativeness, label-free estimates,
+        model similarity) and a content hash of every static figure in
+        ``out_dir/.shiftbench-cache/``, so that a rebuild recomputes and redraws only what changed
+        (:mod:`shiftbench.report.cache`); ``False`` computes and draws everything.
     """
     testbeds = _check_testbeds(testbeds)
     check_scale(scale)
@@ -269,10 +276,11 @@ def write_html_report(
         raise ConfigError(f"{out}: is a file; give a directory for the report (-o DIR)")
     out.mkdir(parents=True, exist_ok=True)
     opened = _open_store(store)
+    kept = out / CACHE_DIR if cache else None
     ctx = ReportContext(out_dir=out, testbeds=[], store_results=opened.results() if opened else None, store=opened,
                         scale=scale,
                         n_resamples=n_resamples, seed=seed, figure_formats=tuple(figure_formats), on_step=on_step,
-                        highlight=marked)
+                        highlight=marked, figures=FigureWriter(cache=kept), cache=ReportCache(kept))
     try:
         _analyse(ctx, testbeds, shifts)
         document = _document(title, _body(ctx, title))
@@ -282,4 +290,5 @@ def write_html_report(
     tmp = path.with_name(f".index.html.{os.getpid()}.tmp")
     tmp.write_text(document, encoding="utf-8")
     tmp.replace(path)
+    ctx.cache.prune()      # a finished build keeps only what it used
     return path

@@ -3,6 +3,7 @@ recipe of :mod:`shiftbench.analysis.informativeness`: Djolonga et al. 2021, §3,
 small bootstrap to keep the report fast."""
 from __future__ import annotations
 
+from shiftbench.analysis import informativeness
 from shiftbench.analysis.informativeness import (
     DEFAULT_METHOD,
     informativeness_groups,
@@ -65,9 +66,11 @@ class InformativenessSection(Section):
         recipe = (f"Recipe <code>{esc(info['name'])}</code>: {esc(info['description'])} "
                   f"({esc(info['paper'])}).")
         try:
-            ranking = informativeness_ranking(t, method=self.method, x=x, n_resamples=self.n_resamples,
-                                              n_repeats=self.n_repeats, min_models_per_group=self.min_models_per_group,
-                                              seed=ctx.seed)
+            params = dict(method=self.method, x=x, n_resamples=self.n_resamples, n_repeats=self.n_repeats,
+                          min_models_per_group=self.min_models_per_group, seed=ctx.seed)
+            # kept between builds: the ranking is a pure function of the testbed's tables and these
+            ranking = ctx.memo("informativeness", (t.accuracies, t.sizes, t.metadata, params),
+                               lambda: informativeness_ranking(t, **params), code=(informativeness,))
         except DataError as err:
             note = f'<p class="sb-note">{recipe} Nothing to rank: {esc(str(err))}</p>'
             return [Rendered(self.title, anchor, section_html(anchor, self.title, note))]

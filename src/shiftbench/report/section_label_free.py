@@ -33,6 +33,8 @@ import plotly.graph_objects as go
 from matplotlib.figure import Figure
 from scipy import stats
 
+from shiftbench import correctness
+from shiftbench.analysis import agreement
 from shiftbench.analysis.agreement import (
     CORRUPTION_FAMILIES,
     METHODS,
@@ -52,6 +54,7 @@ from shiftbench.correctness import (
     prediction_matrix,
 )
 from shiftbench.errors import ConfigError, ShiftbenchError
+from shiftbench.report.cache import store_stamp
 from shiftbench.report.figures import _fmt, _ticks
 from shiftbench.report.interactive import _layout, _round, plotly_text
 from shiftbench.report.sections import (
@@ -451,7 +454,11 @@ class LabelFreeSection(Section):
     def render(self, ctx: ReportContext, tb: TestbedReport | None) -> list[Rendered]:
         anchor = ctx.anchor(self.key)
         assert ctx.store is not None
-        run = run_estimates(ctx.store, self._shifts(ctx), ctx.store_results)
+        shifts, store = self._shifts(ctx), ctx.store
+        # kept between builds: the estimates are a pure function of the store's finished keys
+        run = ctx.memo("label-free", (store_stamp(store), shifts),
+                       lambda: run_estimates(store, shifts, ctx.store_results),
+                       code=(run_estimates, agreement, correctness))
         parts = [self._intro(run)]
         if not run.shifts:
             parts.append('<p class="sb-reason">No shift could be estimated: '

@@ -16,10 +16,13 @@ from __future__ import annotations
 
 import pandas as pd
 
+from shiftbench import correctness
+from shiftbench.analysis import similarity
 from shiftbench.analysis.similarity import STANDARD, model_similarity, unsolved_examples
 from shiftbench.analysis.trajectory import is_checkpoint
 from shiftbench.correctness import correctness_matrix, similarity_settings
 from shiftbench.errors import ShiftbenchError
+from shiftbench.report.cache import store_stamp
 from shiftbench.report.sections import (
     Rendered,
     ReportContext,
@@ -126,10 +129,17 @@ class SimilaritySection(Section):
         assert ctx.store is not None
         head = f"<h3>Similarity on {esc(setting)}</h3>"
         try:
-            matrix = correctness_matrix(ctx.store, setting, models=self._models(ctx, setting))
+            store, models = ctx.store, self._models(ctx, setting)
+            # kept between builds: a pure function of the store's finished keys on this setting
+
+            def compute():
+                matrix = correctness_matrix(store, setting, models=models)
+                return matrix, model_similarity(matrix)
+
+            matrix, sim = ctx.memo("similarity", (store_stamp(store), setting, models), compute,
+                                   code=(correctness, similarity))
         except ShiftbenchError as exc:
             return head + f'<p class="sb-reason">Not computed: {esc(exc)}.</p>'
-        sim = model_similarity(matrix)
         out_stem = ctx.out_dir / "similarity" / slug(setting)
         out_stem.parent.mkdir(parents=True, exist_ok=True)
         excluded = []

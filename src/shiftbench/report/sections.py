@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 from urllib.parse import quote
 
 import numpy as np
@@ -41,6 +41,7 @@ from shiftbench.analysis.synthetic import (
     synthetic_effective_robustness,
 )
 from shiftbench.errors import ConfigError, ShiftbenchError
+from shiftbench.report.cache import ReportCache
 from shiftbench.report.figures import (
     FigureWriter,
     FORMATS,
@@ -63,6 +64,7 @@ from shiftbench.report.tables import placement_table, write_table
 from shiftbench.store import Store
 from shiftbench.testbed import Testbed
 
+T = TypeVar("T")
 PLOTLY_CONFIG = {"displaylogo": False, "responsive": True,
                  "toImageButtonOptions": {"format": "svg", "filename": "shiftbench-figure"},
                  # a short toolbar (download, zoom, pan, reset) leaves room for the title beside it
@@ -140,6 +142,8 @@ class ReportContext:
     highlight: tuple[str, ...] = ()
     #: writes the static figures (in a background process; ``FigureWriter(0)``: inline)
     figures: FigureWriter = field(default_factory=FigureWriter)
+    #: results of slow analyses kept between builds (:mod:`.cache`; ``ReportCache(None)``: none)
+    cache: ReportCache = field(default_factory=lambda: ReportCache(None))
     _ids: itertools.count = field(default_factory=itertools.count)
     _anchors: set[str] = field(default_factory=set)
     steps: int = 0
@@ -169,6 +173,12 @@ class ReportContext:
                           div_id=f"sb-plot-{next(self._ids)}", default_width="100%", default_height=f"{height}px",
                           validate=False)
         return f'<div class="sb-plot">{div}</div>'
+
+    def memo(self, name: str, inputs: Sequence[object], compute: Callable[[], T], code: Sequence[object] = ()) -> T:
+        """``compute()``, reused from the last build when ``inputs`` (tables, store stamps,
+        parameters) and the source of ``code`` (modules or functions) are unchanged
+        (:class:`~shiftbench.report.cache.ReportCache`)."""
+        return self.cache.get(name, inputs, compute, code)
 
     def link(self, path: Path) -> str:
         """A relative link to a file written under :attr:`out_dir`, labelled by its format."""

@@ -28,7 +28,8 @@ from shiftbench.analysis.placement import NATURAL_SHIFTS, ShiftPair, fit_shift, 
 from shiftbench.analysis.robustness import VERDICT_RULE, trend_verdicts
 from shiftbench.analysis.trend import DEFAULT_FIT_ON
 from shiftbench.errors import ConfigError, ShiftbenchError, did_you_mean
-from shiftbench.report.figures import plot_trend, save_figure
+from shiftbench.report.cache import CACHE_DIR
+from shiftbench.report.figures import FigureWriter, plot_trend
 from shiftbench.report.tables import placement_table
 from shiftbench.testbed import Testbed
 
@@ -96,22 +97,31 @@ def write_testbed_report(
     testbed: Testbed, out_dir: str | Path, *, shifts: Sequence[ShiftPair] = NATURAL_SHIFTS, top: int = 5,
     scale: str = "logit", n_resamples: int = 1000, seed: int = 0,
     on_step: Callable[[str], None] | None = None, highlight: Sequence[str] = (),
+    figures: FigureWriter | None = None,
 ) -> tuple[str, list[ShiftAnalysis]]:
     """Analyse ``shifts`` on ``testbed``, write its figures and CSVs under ``out_dir/<testbed>/``
     and return the Markdown section for it together with the analyses (``highlight``: models
-    drawn as labelled stars in every figure)."""
+    drawn as labelled stars in every figure). ``figures`` writes the PNGs (default: a
+    :class:`~shiftbench.report.figures.FigureWriter` of its own, in the background, skipping a
+    PNG whose figure is unchanged since ``out_dir/.shiftbench-cache`` recorded it, and done before
+    this returns; a writer passed in is waited for by the caller)."""
     out = Path(out_dir) / testbed.name
     out.mkdir(parents=True, exist_ok=True)
+    writer = figures if figures is not None else FigureWriter(cache=Path(out_dir) / CACHE_DIR)
     results: list[ShiftAnalysis] = []
-    for shift in shifts:
-        if on_step:
-            on_step(f"{testbed.name}: {shift.label}")
-        res = analyse_shift(testbed, shift, scale=scale, n_resamples=n_resamples, seed=seed)
-        if res.fit is not None:
-            fig = plot_trend(testbed, shift.x, shift.y, fit=res.fit, band=res.band, title=shift.label,
-                             highlight=[m for m in highlight if m in testbed.models])
-            res.figures.append(save_figure(fig, out / f"{shift.slug}.png"))
-        results.append(res)
+    try:
+        for shift in shifts:
+            if on_step:
+                on_step(f"{testbed.name}: {shift.label}")
+            res = analyse_shift(testbed, shift, scale=scale, n_resamples=n_resamples, seed=seed)
+            if res.fit is not None:
+                fig = plot_trend(testbed, shift.x, shift.y, fit=res.fit, band=res.band, title=shift.label,
+                                 highlight=[m for m in highlight if m in testbed.models])
+                res.figures.extend(writer.save(fig, out / shift.slug, [".png"]))
+            results.append(res)
+    finally:
+        if figures is None:
+            writer.wait()
 
     fits = fits_table(results)
     fits.reindex(columns=FITS_COLUMNS).to_csv(out / "fits.csv", index=False)
@@ -238,13 +248,18 @@ def write_report(
     yours = ["## Your models", "",
              "Effective robustness (pp, with its 95% interval) and its rank among the models of the testbed "
              "evaluated on both settings (1 = most effectively robust).", ""]
-    for tb in testbeds:
-        mine = [m for m in marked if m in tb.models]
-        text, results = write_testbed_report(tb, out, shifts=shifts, top=top, scale=scale, n_resamples=n_resamples,
-                                             seed=seed, on_step=on_step, highlight=mine)
-        sections.append(text)
-        if marked:
-            yours += _your_models(tb, mine, results, out, scale=scale, n_resamples=n_resamples, seed=seed)
+    writer = FigureWriter(cache=out / CACHE_DIR)      # one background writer for every testbed's figures
+    try:
+        for tb in testbeds:
+            mine = [m for m in marked if m in tb.models]
+            text, results = write_testbed_report(tb, out, shifts=shifts, top=top, scale=scale,
+                                                 n_resamples=n_resamples, seed=seed, on_step=on_step, highlight=mine,
+                                                 figures=writer)
+            sections.append(text)
+            if marked:
+                yours += _your_models(tb, mine, results, out, scale=scale, n_resamples=n_resamples, seed=seed)
+    finally:
+        writer.wait()
     if marked:
         sections[head:head] = yours                             # right after the title and the intro
     path = out / "summary.md"

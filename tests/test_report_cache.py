@@ -1,0 +1,183 @@
+"""What a report build keeps for the next one (shiftbench.report.cache): content hashes that are
+equal for equal inputs in any process and differ when anything changes, figures pickled the same
+way whatever the process did before, figures and analyses reused only while their inputs and
+files are unchanged, and a second build of a report that draws and computes nothing again."""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+import pickle  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+
+from report_testbed import calibration_store, tiny_testbed  # noqa: E402
+from shiftbench.report import write_html_report  # noqa: E402
+from shiftbench.report.cache import CACHE_DIR, ReportCache, content_hash, store_stamp  # noqa: E402
+from shiftbench.report.figures import FigureWriter, plot_trend, stable_pickle  # noqa: E402
+from shiftbench.store import Store  # noqa: E402
+
+
+def _frame(v: float = 0.5) -> pd.DataFrame:
+    return pd.DataFrame({"val": [71.0, 65.5], "v2": [60.0, v]}, index=pd.Index(["a", "b"], name="model"))
+
+
+# ---------------------------------------------------------------------------- content_hash
+def test_content_hash_is_equal_for_equal_inputs_and_changes_with_any_value():
+    base = content_hash(_frame(), {"seed": 0, "n": 20}, [1, "x"], np.arange(3))
+    assert base == content_hash(_frame(), {"n": 20, "seed": 0}, [1, "x"], np.arange(3))   # dict order is not content
+    assert base != content_hash(_frame(0.51), {"seed": 0, "n": 20}, [1, "x"], np.arange(3))
+    assert base != content_hash(_frame(), {"seed": 1, "n": 20}, [1, "x"], np.arange(3))
+    assert base != content_hash(_frame().rename(columns={"v2": "v3"}), {"seed": 0, "n": 20}, [1, "x"], np.arange(3))
+    assert base != content_hash(_frame(), {"seed": 0, "n": 20}, [1, "x"], np.arange(3, dtype=np.int32))
+    assert content_hash("1") != content_hash(1) and content_hash([1, 2]) != content_hash((1, 2))
+
+
+def test_content_hash_is_the_same_in_another_process_with_another_string_hash_seed():
+    code = ("import pandas as pd; from shiftbench.report.cache import content_hash; "
+            "print(content_hash(pd.DataFrame({'val': [71.0, 65.5], 'v2': [60.0, 0.5]}, "
+            "index=pd.Index(['a', 'b'], name='model')), {'seed': 0, 'n': 20}, {'x', 'y', 'z'}))")
+    outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "PYTHONHASHSEED": seed}).stdout.strip() for seed in ("1", "2")}
+    assert outs == {content_hash(_frame(), {"seed": 0, "n": 20}, {"z", "y", "x"})}
+
+
+def test_content_hash_refuses_what_it_cannot_hash_by_content():
+    with pytest.raises(TypeError, match="object"):
+        content_hash(object())
+
+
+# ---------------------------------------------------------------------------- stable_pickle
+def _trend_figure():
+    tb = tiny_testbed()
+    return plot_trend(tb, "val", tb.settings[1], title="t")
+
+
+def test_a_figure_pickles_to_the_same_bytes_whatever_was_drawn_before():
+    first, _ = stable_pickle(_trend_figure())
+    plt.figure()                                     # another figure open: a different pyplot number
+    _, ax = plt.subplots()
+    ax.bar(["a", "b"], [1, 2])                       # sets interpolation steps on matplotlib's shared unit rectangle
+    second, changed = stable_pickle(_trend_figure())
+    plt.close("all")
+    assert second == first
+    assert changed          # the steps were set by the bar chart: the figure is sent plainly to be drawn
+    fig = _trend_figure()
+    fig.axes[0].set_title("another title")
+    assert stable_pickle(fig)[0] != first
+
+
+def test_the_stable_pickle_draws_the_same_png_as_the_figure(tmp_path: Path):
+    fig = _trend_figure()
+    blob, _ = stable_pickle(fig)
+    fig.savefig(tmp_path / "a.png")
+    pickle.loads(blob).savefig(tmp_path / "b.png")  # noqa: S301 - our own bytes
+    plt.close("all")
+    assert (tmp_path / "a.png").read_bytes() == (tmp_path / "b.png").read_bytes()
+
+
+# ---------------------------------------------------------------------------- FigureWriter
+@pytest.mark.parametrize("workers", [0, 1])
+def test_an_unchanged_figure_is_not_drawn_again_and_a_changed_one_is(tmp_path: Path, workers: int):
+    cache, stem = tmp_path / CACHE_DIR, tmp_path / "fig" / "trend"
+    w = FigureWriter(workers, cache=cache)
+    paths = w.save(_trend_figure(), stem)
+    w.wait()
+    assert w.written == 3 and all(p.exists() for p in paths)
+    before = {p: p.stat().st_mtime_ns for p in paths}
+    w = FigureWriter(workers, cache=cache)
+    assert w.save(_trend_figure(), stem) == paths
+    w.wait()
+    assert (w.written, w.skipped) == (0, 3)
+    assert {p: p.stat().st_mtime_ns for p in paths} == before
+    paths[0].write_bytes(b"edited by hand")         # a file changed on disk is drawn again, the others not
+    fig = _trend_figure()
+    w = FigureWriter(workers, cache=cache)
+    w.save(fig, stem)
+    w.wait()
+    assert (w.written, w.skipped) == (1, 2) and paths[0].read_bytes()[:4] == b"\x89PNG"
+    fig = _trend_figure()
+    fig.axes[0].set_title("changed")
+    w = FigureWriter(workers, cache=cache)
+    w.save(fig, stem)
+    w.wait()
+    assert w.written == 3
+
+
+def test_two_writers_of_one_png_share_its_record(tmp_path: Path):
+    """The Markdown summary writes stem.png, the HTML report stem.png/.svg/.pdf of the same
+    figure: neither redraws the other's file."""
+    cache, stem = tmp_path / CACHE_DIR, tmp_path / "trend"
+    w = FigureWriter(0, cache=cache)
+    w.save(_trend_figure(), stem, [".png"])
+    w.save(_trend_figure(), stem, [".png", ".svg", ".pdf"])
+    assert (w.written, w.skipped) == (3, 1)
+
+
+# ---------------------------------------------------------------------------- ReportCache
+def test_an_analysis_is_computed_once_while_its_inputs_and_code_are_unchanged(tmp_path: Path):
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return _frame().assign(score=len(calls))
+
+    first = ReportCache(tmp_path).get("ranking", (_frame(), 20), compute, code=(content_hash,))
+    again = ReportCache(tmp_path).get("ranking", (_frame(), 20), compute, code=(content_hash,))
+    pd.testing.assert_frame_equal(first, again)
+    assert len(calls) == 1
+    ReportCache(tmp_path).get("ranking", (_frame(), 21), compute)
+    ReportCache(tmp_path).get("ranking", (_frame(0.7), 20), compute)
+    assert len(calls) == 3
+    assert ReportCache(None).get("ranking", (_frame(), 20), compute) is not None and len(calls) == 4
+
+
+def test_a_damaged_entry_is_recomputed_and_unused_entries_are_pruned(tmp_path: Path):
+    cache = ReportCache(tmp_path)
+    cache.get("a", (1,), lambda: "one")
+    cache.get("b", (2,), lambda: "two")
+    entry = next(tmp_path.glob("a-*.pkl"))
+    entry.write_bytes(b"not a pickle")
+    later = ReportCache(tmp_path)
+    assert later.get("a", (1,), lambda: "recomputed") == "recomputed"
+    assert later.prune() == 1                       # "b" was not used by this build
+    assert [p.name.split("-")[0] for p in tmp_path.glob("*.pkl")] == ["a"]
+
+
+def test_a_store_stamp_changes_when_a_key_is_evaluated_again(tmp_path: Path):
+    store = Store(calibration_store(tmp_path / "store"))
+    stamp = store_stamp(store)
+    key = store.results()["key"].iloc[0]
+    summary = store._read_json(store.root / "done" / f"{key}.json")
+    store.finish(key, {k: v for k, v in summary.items() if k not in ("key", "finished")})
+    assert not store_stamp(store).equals(stamp)
+
+
+# ---------------------------------------------------------------------------- a rebuilt report
+def test_a_rebuilt_report_draws_nothing_again_and_is_the_same_page(tmp_path: Path):
+    store = calibration_store(tmp_path / "store")
+    out = tmp_path / "report"
+    index = write_html_report([tiny_testbed()], out, store=store, n_resamples=50)
+    figures = sorted(p for p in out.rglob("*") if p.suffix in (".png", ".svg", ".pdf"))
+    assert figures and (out / CACHE_DIR / "figures").is_dir()
+    stamps = {p: p.stat().st_mtime_ns for p in figures}
+    first = index.read_text()
+    write_html_report([tiny_testbed()], out, store=store, n_resamples=50)
+    assert {p: p.stat().st_mtime_ns for p in figures} == stamps
+
+    def body(doc: str) -> str:
+        return doc.split("Generated", 1)[1].split("</p>", 1)[1]
+
+    assert body(index.read_text()) == body(first)
+
+
+def test_without_the_cache_nothing_is_kept(tmp_path: Path):
+    write_html_report([tiny_testbed()], tmp_path / "report", n_resamples=50, figure_formats=(".png",), cache=False)
+    assert not (tmp_path / "report" / CACHE_DIR).exists()
