@@ -209,3 +209,17 @@ def test_the_module_docstring_example_runs() -> None:
 
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_the_verdict_table_puts_few_shifts_intervals_beside_the_mean(tmp_path: Path) -> None:
+    from shiftbench.report.section_hypotheses import ONE_LINE_SHIFTS, HypothesesSection
+
+    tb = shiftbench.load_testbed("imagenet-reference")
+    shift = next(s for s in NATURAL_SHIFTS if s.label == "ImageNet-R")
+    report = _Report(tb, [analyse_shift(tb, shift, n_resamples=20)], tmp_path / tb.name, "imagenet")
+    report.dir.mkdir()
+    html = HypothesesSection().render(ReportContext(tmp_path, [report]), report)[0].html
+    assert ONE_LINE_SHIFTS >= 1
+    # one shift: "mean mark [low, high]" on one line; the group's name in its wide column
+    assert "<br><small>[" not in html and " <small>[" in html and 'class="sb-group"' in html
+    assert "beside it the 95% percentile bootstrap interval" in html and "sb-verdicts" in html

@@ -276,3 +276,73 @@ def test_page_height_stays_small(loaded: Page, tmp_path: Path):
     assert shot.read_bytes()[:8] == PNG
     # overview, 3 fitted shifts + Sketch, one family figure, synthetic, the table, the store sections
     assert height < 14_000, height
+
+
+# ------------------------------------------------------------------------------------ per-testbed sections, short
+#: the most a testbed's section may be tall at 1,400 px (its shifts' one scatter at a time: a little more)
+MAX_TESTBED_SECTION, MAX_SHIFTS_SECTION = 950, 1000
+
+
+def test_each_testbed_section_stays_short(loaded: Page):
+    heights = loaded.page.evaluate("""() => Object.fromEntries([...document.querySelectorAll(
+        'section.sb-testbed > section.sb-section')].map(s => [s.id, Math.round(s.getBoundingClientRect().height)]))""")
+    assert {"tb-tiny-overview", "tb-tiny-shifts", "tb-tiny-synthetic", "tb-tiny-models",
+            "tb-tiny-trend-diagnostics"} <= set(heights)
+    too_tall = {k: h for k, h in heights.items()
+                if h > (MAX_SHIFTS_SECTION if k.endswith("-shifts") else MAX_TESTBED_SECTION)}
+    assert too_tall == {}
+
+
+def _columns(page, selector: str) -> list[list[int]]:
+    """[top, left, width] of each column of the first ``.sb-pair`` under ``selector``."""
+    return page.evaluate("""sel => [...document.querySelector(sel + ' .sb-pair').querySelectorAll(':scope > div')]
+        .map(d => { const r = d.getBoundingClientRect(); return [Math.round(r.top), Math.round(r.left),
+                                                                 Math.round(r.width)]; })""", selector)
+
+
+def test_trend_diagnostics_heatmap_sits_beside_its_flags_and_files(loaded: Page):
+    page = loaded.page
+    cols = _columns(page, "#tb-tiny-trend-diagnostics")
+    assert len(cols) == 2 and cols[0][0] == cols[1][0] and cols[1][1] >= cols[0][1] + cols[0][2] - 1
+    right = page.evaluate("""() => { const pair = document.querySelector('#tb-tiny-trend-diagnostics .sb-pair');
+        const [l, r] = pair.querySelectorAll(':scope > div');
+        return {heatmap: !!l.querySelector('.js-plotly-plot .heatmaplayer, .js-plotly-plot .hm'),
+                text: r.textContent, files: r.querySelectorAll('.sb-filerow a').length}; }""")
+    assert right["heatmap"] and "coordinates" in right["text"] and right["files"] >= 3   # flags (or none), CSV...
+    # the half-width heatmap keeps its title clear of the toolbar and every label inside the figure
+    assert layout_problems(page) == {"toolbar over title": [], "labels outside": [], "wide sections": []}
+
+
+def test_synthetic_figures_sit_side_by_side_each_with_its_files_under_it(loaded: Page):
+    page = loaded.page
+    cols = _columns(page, "#tb-tiny-synthetic")
+    assert len(cols) == 2 and cols[0][0] == cols[1][0]
+    links = page.evaluate("""() => [...document.querySelectorAll('#tb-tiny-synthetic .sb-pair > div')].map(d =>
+        [d.querySelectorAll('.js-plotly-plot').length, d.querySelector('.sb-filerow') ? d.querySelector(
+            '.sb-filerow').textContent : ''])""")
+    assert [n for n, _ in links] == [1, 1]
+    assert "Table" in links[0][1] and "Per-corruption table" in links[1][1]
+    # the file links of a section take one line each: no paragraph of their own outside a row
+    loose = page.evaluate("""() => [...document.querySelectorAll('section.sb-testbed p.sb-files')]
+        .filter(p => !p.closest('.sb-filerow')).map(p => p.closest('section.sb-section').id)""")
+    assert loose == []
+
+
+def test_model_table_box_is_about_ten_rows_tall(loaded: Page):
+    box = loaded.page.evaluate("""() => { const s = document.querySelector('#tb-tiny-models .sb-table-scroll');
+        const row = s.querySelector('tbody tr').getBoundingClientRect().height;
+        return {h: s.getBoundingClientRect().height, sh: s.scrollHeight, row: row,
+                note: document.querySelector('#tb-tiny-models .sb-filerow').textContent}; }""")
+    assert box["h"] <= 365 and box["h"] <= 120 + 11 * box["row"]
+    assert box["sh"] > box["h"]                      # 15 models: the rest scroll inside the box
+    assert "ER columns" in box["note"] and "CSV" in box["note"]   # the note and the table's files on one line
+
+
+def test_shift_selector_says_what_it_shows_on_its_own_line(loaded: Page):
+    page = loaded.page
+    label = page.locator("#tb-tiny-shifts label.sb-choose")
+    text = label.text_content()
+    assert "(6 in all;" in text and "Overview" in text
+    heights = page.evaluate("""() => { const l = document.querySelector('#tb-tiny-shifts label.sb-choose');
+        return [l.getBoundingClientRect().height, l.querySelector('select').getBoundingClientRect().height]; }""")
+    assert heights[0] <= heights[1] + 4              # one line: no wrapped note under the selector

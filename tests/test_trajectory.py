@@ -336,3 +336,22 @@ def test_cli_prints_per_step_effective_robustness_and_writes_figures(tmp_path):
     assert plain.exit_code == 0 and "ft-<b>" in plain.stdout and "12.00" in plain.stdout
     empty = CliRunner().invoke(cli.app, ["trajectory", "--store", str(tmp_path)])
     assert empty.exit_code != 0 and "no trajectories stored" in str(empty.exception)
+
+
+def test_a_legend_under_a_half_width_figure_wraps_long_names_and_keeps_the_plot_height():
+    import plotly.graph_objects as go
+
+    from shiftbench.report.trajectory_figures import _wrap, legend_below_plot
+
+    assert _wrap("trajectory: a-long-model-name (11 checkpoints)", 20) == [
+        "trajectory:", "a-long-model-name", "(11 checkpoints)"]
+    assert all(len(line) <= 10 for line in _wrap("x" * 25 + " y", 10))
+    fig = go.Figure([go.Scatter(x=[1], y=[1], name=n) for n in
+                     ("y = x", "trajectory: a-very-long-fine-tuning-run-name (11 checkpoints)", "b")])
+    fig.update_layout(margin=dict(t=70, l=70, r=20))
+    legend_below_plot(fig, plot_height=300)
+    assert fig.layout.legend.orientation == "h" and fig.layout.legend.yref == "container"
+    assert fig.layout.legend.entrywidthmode == "fraction" and fig.layout.legend.entrywidth == 0.5
+    assert "<br>" in fig.data[1].name and fig.data[1].name.replace("<br>", " ").startswith("trajectory: a-very")
+    assert fig.data[0].name == "y = x"
+    assert fig.layout.height == 70 + 300 + fig.layout.margin.b and fig.layout.margin.b > 60

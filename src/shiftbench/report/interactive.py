@@ -210,7 +210,8 @@ def trend_figure(
 
     zoomed = view != full
     _layout(fig, plotly_text(title), plotly_text(axis_title(x, scale)), plotly_text(axis_title(y, scale)),
-            height=600 if zoomed else 560, legend_outside=True, top=100 if zoomed else 70)
+            # the zoom buttons sit between the title and the plot: 10 px more than the plain figure's top
+            height=580 if zoomed else 540, legend_outside=True, top=80 if zoomed else 50)
     fig.update_layout(legend_itemsizing="constant")           # small dense markers stay visible there
     fig.update_xaxes(tickmode="array")
     fig.update_yaxes(tickmode="array")
@@ -311,7 +312,7 @@ def synthetic_figure(frame: pd.DataFrame, *, natural_label: str, r: float | None
             marker=dict(color=colour, size=7, opacity=0.85, line=dict(color="white", width=0.5))))
     _layout(fig, plotly_text(title) + (f" (Pearson r = {r:.2f})" if r is not None else ""),
             "effective robustness, mean over corruptions (pp)",
-            plotly_text(f"effective robustness on {natural_label} (pp)"))
+            plotly_text(f"effective robustness on {natural_label} (pp)"), height=500)   # half a page wide
     pad = 0.05 * max(hi - lo, 1.0)
     fig.update_xaxes(range=[lo - pad, hi + pad])
     return fig
@@ -330,7 +331,7 @@ def correlation_bars(table: pd.DataFrame, *, natural_label: str, title: str) -> 
         hovertemplate="<b>%{customdata[0]}</b><br>Pearson r %{x:.2f} over %{customdata[1]} models"
                       "<br>p = %{customdata[2]:.2g}<extra></extra>"))
     _layout(fig, plotly_text(title), plotly_text(f"Pearson r with effective robustness on {natural_label}"), "",
-            height=max(320, 26 * len(t) + 120))
+            height=max(320, 20 * len(t) + 120))
     fig.update_xaxes(range=[-1, 1], zeroline=True, zerolinecolor="#999")
     fig.update_layout(showlegend=False, margin=dict(l=150))
     return fig

@@ -152,8 +152,10 @@ def informativeness_figure(top: pd.DataFrame, *, title: str) -> go.Figure:
             hovertext=hover, hoverinfo="text"), row=i, col=1)
         fig.update_xaxes(title_text=f"gain in {_score(top)} (points)" if i == len(groups) else None,
                          zeroline=True, zerolinecolor="#888", gridcolor="#e6e6e6", row=i, col=1)
+    # the title at the top (clear of the subplot titles under it), no blank band above it
     fig.update_layout(template="none", font=FONT, showlegend=False, paper_bgcolor="white", plot_bgcolor="white",
-                      title=dict(text=plotly_text(title), x=0.012, font=dict(size=14)),
-                      height=int(120 + len(groups) * (70 + 24 * k)), margin=dict(l=20, r=20, t=80, b=50))
+                      title=dict(text=plotly_text(title), x=0.012, y=1, yref="container", yanchor="top",
+                                 pad=dict(t=10), font=dict(size=14)),
+                      height=int(104 + len(groups) * (70 + 21 * k)), margin=dict(l=20, r=20, t=64, b=50))
     fig.update_yaxes(automargin=True)   # the setting names set the left margin: none is cut off
     return fig

@@ -23,7 +23,9 @@ from shiftbench.report.sections import (
     ReportContext,
     Section,
     TestbedReport,
+    compact,
     esc,
+    file_row,
     register_section,
     section_html,
     small_table,
@@ -55,7 +57,8 @@ def _interactive(frame: pd.DataFrame, title: str) -> go.Figure:
                            text=[f"n={int(n)}" for n in frame["n"]], textposition="inside",
                            insidetextanchor="start", hovertemplate="%{x}: %{y:.2f}% (%{text})"
                            "<extra></extra>", **err))
-    fig.update_layout(title=plotly_text(title), yaxis_title="accuracy (%)", height=380, template="plotly_white")
+    fig.update_layout(title=plotly_text(title), yaxis_title="accuracy (%)", height=340, template="plotly_white",
+                      margin=dict(t=60, b=40))
     return fig
 
 
@@ -98,12 +101,12 @@ class AttributeShiftSection(Section):
             title = f"Attribute-controlled shifts: {name}"
             parts.append(f"<h3>{esc(name)}</h3>")
             parts.append(ctx.plot(_interactive(rows, title)))
-            parts.append(ctx.static_figure(_static(rows, title), out / str(name)))
             cols = [c for c in ("split", "n", "accuracy", "ci_low", "ci_high", "drop", "worst_group_accuracy",
                                 "worst_group", "worst_group_n") if c in rows and rows[c].notna().any()]
             formats = {**{c: ".2f" for c in ("accuracy", "ci_low", "ci_high", "drop", "worst_group_accuracy")},
                        "worst_group_n": ".0f"}
-            parts.append(small_table(rows[cols], {c: f for c, f in formats.items() if c in cols}))
-            parts.append(ctx.table(rows[cols], out / f"{name}-table", f"Attribute-controlled shifts: {name}"))
+            parts.append(compact(small_table(rows[cols], {c: f for c, f in formats.items() if c in cols})))
+            parts.append(file_row(ctx.static_figure(_static(rows, title), out / str(name)),
+                                  ctx.table(rows[cols], out / f"{name}-table", f"Attribute-controlled shifts: {name}")))
         anchor = ctx.anchor(self.key)
         return [Rendered(self.title, anchor, section_html(anchor, self.title, "".join(parts), level=2))]

@@ -20,7 +20,9 @@ from shiftbench.report.sections import (
     Section,
     TestbedReport,
     choice_html,
+    compact,
     esc,
+    file_row,
     pair_html,
     register_section,
     section_html,
@@ -54,7 +56,10 @@ def factor_figure(rows: pd.DataFrame, factor: str, *, title: str) -> go.Figure:
             marker=dict(color=colour, size=7),
             hovertemplate="<b>%{customdata[0]}</b><br>" + factor + " %{x}<br>top-1 %{y:.2f}% over "
                           "%{customdata[1]} images<extra></extra>"))
-    _layout(fig, plotly_text(title), FACTOR_AXIS[factor], "top-1 accuracy (%)", height=420)
+    _layout(fig, plotly_text(title), FACTOR_AXIS[factor], "top-1 accuracy (%)", height=340, top=44)
+    # beside the plot, not over its lines (the figure is half the page wide)
+    fig.update_layout(legend=dict(x=1.02, xanchor="left", y=1, yanchor="top", font=dict(size=10)),
+                      margin=dict(r=10, b=50))
     values = sorted(rows.loc[rows["factor"] == factor, "value"].dropna().unique())
     fig.update_xaxes(type="log" if factor == "size" else "linear", tickvals=[float(v) for v in values],
                      ticktext=[f"{v:g}" for v in values])
@@ -73,7 +78,8 @@ def heatmap_figure(rows: pd.DataFrame, *, title: str) -> go.Figure:
         texttemplate="%{z:.2f}", hovertemplate="centre x %{x}, y %{y}<br>accuracy %{customdata:.2f}%"
                                                 "<br>%{z:.3f} of the 95th percentile<extra></extra>"))
     _layout(fig, plotly_text(title), "object centre x (fraction of the width)",
-            "object centre y (fraction of the height)", height=420)
+            "object centre y (fraction of the height)", height=340, top=44)
+    fig.update_layout(margin=dict(b=50))
     fig.update_yaxes(autorange="reversed", showgrid=False)
     fig.update_xaxes(showgrid=False)
     return fig
@@ -132,11 +138,10 @@ class CompositingSection(Section):
 
     def render(self, ctx: ReportContext, tb: TestbedReport | None) -> list[Rendered]:
         rows = compositing_studies(ctx.store)
-        parts = ["<p>Foreground objects pasted onto background photographs over controlled factors of variation "
-                 "(SI-SCORE, Djolonga et al. 2021): top-1 accuracy per object size (fraction of the image area), "
-                 "per rotation, and per object location, each averaged over every combination of the other "
-                 "factors in the spec (a spec that varies one factor at a time gives SI-SCORE's curves); the location map divides each location's accuracy by "
-                 "the 95th percentile over locations, so 1 is as good as the best locations.</p>"]
+        parts = ["<p>Objects pasted onto background photographs over controlled factors (SI-SCORE, Djolonga et al. "
+                 "2021): top-1 accuracy per object size (fraction of the image area), rotation and location, each "
+                 "averaged over every combination of the other factors in the spec; the location map divides each "
+                 "location's accuracy by the 95th percentile over locations (1: as good as the best).</p>"]
         datasets = [(dataset, sub) for dataset, sub in rows.groupby("dataset", sort=True)]
         if len(datasets) == 1:
             parts.append(f"<h3>{esc(datasets[0][0])}</h3>" + self._dataset(ctx, *datasets[0]))
@@ -159,8 +164,8 @@ class CompositingSection(Section):
             parts.extend(curves)
         overall = self._overall(ctx, sub)
         specs = overall["spec"].unique() if len(overall) else []
-        side = [small_table(overall.drop(columns=["spec"]) if len(specs) == 1 else overall,
-                            {"top-1 %": ".2f", "images": "d"})]
+        side = [compact(small_table(overall.drop(columns=["spec"]) if len(specs) == 1 else overall,
+                                    {"top-1 %": ".2f", "images": "d"}))]
         if len(specs) == 1:   # one spec for every model: said once, not on every row
             side.append(f'<p class="sb-note">Spec: <code>{esc(specs[0])}</code></p>')
         table = sub[sub["factor"].isin(["size", "rotation"])].pivot_table(
@@ -180,11 +185,11 @@ class CompositingSection(Section):
         else:   # one model's location map at a time
             parts.append(pair_html(choice_html("Location map of", maps), "".join(side)))
         stem = ctx.out_dir / "compositing" / slug(dataset)
-        parts.append(ctx.static_figure(plot_compositing(sub, title=f"Object compositing on {dataset}"), stem))
         cols = [c for c in ("model", "factor", "value", "label", "x", "y", "accuracy", "n", "normalised")
                 if c in sub.columns]
-        parts.append(ctx.table(sub[cols].reset_index(drop=True), stem,
-                               f"Accuracy (%) per factor value on the composite dataset {dataset}"))
+        parts.append(file_row(ctx.static_figure(plot_compositing(sub, title=f"Object compositing on {dataset}"), stem),
+                              ctx.table(sub[cols].reset_index(drop=True), stem,
+                                        f"Accuracy (%) per factor value on the composite dataset {dataset}")))
         return "".join(parts)
 
     @staticmethod

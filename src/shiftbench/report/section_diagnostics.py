@@ -10,7 +10,10 @@ from shiftbench.report.sections import (
     ReportContext,
     Section,
     TestbedReport,
+    compact,
     esc,
+    file_row,
+    pair_html,
     register_section,
     section_html,
     small_table,
@@ -32,22 +35,25 @@ class TrendDiagnosticsSection(Section):
         t = tb.testbed
         diag = trend_diagnostics(t, [a.shift for a in tb.analysed], scales=SCALES)
         weak_r2, better_by = diag.attrs["weak_r2"], diag.attrs["better_by"]
-        parts = [f"<p>r² of each shift's trend (fitted on the STANDARD models, as above) in logit, probit and linear "
-                 f"coordinates: the share of the variance of shifted accuracy that in-distribution accuracy explains. "
-                 f"Effective robustness is only as meaningful as its trend: below r² {weak_r2:g} (marked !) the trend is "
-                 f"weak; &lt; marks a scaling beaten by another by at least {better_by:g}.</p>"]
-        parts.append(ctx.plot(r2_heatmap_figure(diag, title=f"r² of the trend per shift and scaling ({t.name})")))
-        parts.append(ctx.static_figure(plot_r2_heatmap(diag, title=f"r² per shift and scaling ({t.name})"),
-                                       tb.dir / "trend_diagnostics"))
+        parts = [f"<p>r² of each shift's trend (fitted on the STANDARD models) in logit, probit and linear "
+                 f"coordinates: the share of the variance of shifted accuracy that in-distribution accuracy explains; "
+                 f"effective robustness is only as meaningful as its trend. <b>!</b> weak trend (r² below "
+                 f"{weak_r2:g}); <b>&lt;</b> another scaling is better by at least {better_by:g}.</p>"]
+        # the heatmap (half the page) and, beside it, the flagged shifts and the files
+        left = ctx.plot(r2_heatmap_figure(diag, title=f"r² per shift and scaling ({t.name})"), half=True)
         flags = flagged(diag, ctx.scale)
         if len(flags):
             rows = flags.assign(flag=[("weak" if w else "") + ("; " if w and b else "") + (f"{b} fits better" if b else "")
                                       for w, b in zip(flags["weak"], flags["better_scale"])])
-            parts.append(f"<h4>Flagged in {esc(ctx.scale)} coordinates</h4>")
-            parts.append(small_table(rows[["shift", "x", "y", "r2", "n_models", "flag"]],
-                                     {"r2": ".3f", "n_models": "d"}))
+            right = [f"<h4>Flagged in {esc(ctx.scale)} coordinates ({len(rows)})</h4>",
+                     compact(small_table(rows[["shift", "x", "y", "r2", "n_models", "flag"]],
+                                         {"r2": ".3f", "n_models": "d"}))]
         else:
-            parts.append(f'<p class="sb-note">No shift is flagged in {esc(ctx.scale)} coordinates.</p>')
-        parts.append(ctx.table(diag, tb.dir / "trend_diagnostics", f"Trend diagnostics on {t.name}", "Diagnostics"))
+            right = [f'<p class="sb-note">No shift is flagged in {esc(ctx.scale)} coordinates.</p>']
+        right.append(file_row(ctx.static_figure(plot_r2_heatmap(diag, title=f"r² per shift and scaling ({t.name})"),
+                                                tb.dir / "trend_diagnostics"),
+                              ctx.table(diag, tb.dir / "trend_diagnostics", f"Trend diagnostics on {t.name}",
+                                        "Diagnostics")))
+        parts.append(pair_html(left, "".join(right)))
         anchor = ctx.anchor(tb.anchor, self.key)
         return [Rendered(self.title, anchor, section_html(anchor, self.title, "".join(parts)))]

@@ -26,6 +26,7 @@ from shiftbench.report.sections import (
     Section,
     TestbedReport,
     esc,
+    file_row,
     register_section,
     section_html,
 )
@@ -36,14 +37,33 @@ COLOURS = {HELPS: "#d4edda", HURTS: "#f8d7da", NO_EVIDENCE: "#eeeeee"}
 MARKS = {HELPS: "▲", HURTS: "▼", NO_EVIDENCE: "·"}
 
 
-def verdict_table_html(res: HypothesesTable) -> str:
-    """A static groups x shifts table: mean ER [interval] and the verdict, coloured (escaped)."""
+#: With at most this many shifts, a cell's interval fits on the line of its mean (one line a row).
+ONE_LINE_SHIFTS = 5
+
+
+def verdict_legend() -> str:
+    """The verdicts' marks on their colours: ``▲ helps · ▼ hurts · · no evidence``."""
+    return " · ".join(f'<span style="background:{COLOURS[v]};padding:0 4px">{m} {esc(v)}</span>'
+                      for v, m in MARKS.items())
+
+
+def interval_place(res: HypothesesTable) -> str:
+    """Where a cell's interval is: ``"under"`` the mean, or ``"beside"`` it (few shifts)."""
+    return "under" if res.rows["shift"].nunique() > ONE_LINE_SHIFTS else "beside"
+
+
+def verdict_table_html(res: HypothesesTable, note: bool = True) -> str:
+    """A static groups x shifts table: mean ER [interval] and the verdict, coloured (escaped). The
+    group's name takes one line where it can (its column is wide, the hypothesis under it); the
+    interval goes under the mean with many shifts and beside it with few (:data:`ONE_LINE_SHIFTS`).
+    ``note``: a line above the table saying what a cell holds (:func:`verdict_legend`)."""
     rows = res.rows
     shifts = list(dict.fromkeys(rows["shift"]))
+    under = "<br>" if interval_place(res) == "under" else " "
     head = "<th>group <small>(hypothesis)</small></th>" + "".join(f'<th class="num">{esc(s)}</th>' for s in shifts)
     body = []
     for group, part in rows.groupby("group", sort=False):
-        cells = [f"<td>{esc(group)}<br><small>{esc(part['hypothesis'].iloc[0])}</small></td>"]
+        cells = [f'<td class="sb-group">{esc(group)}<br><small>{esc(part["hypothesis"].iloc[0])}</small></td>']
         by_shift = {r.shift: r for r in part.itertuples(index=False)}
         for s in shifts:
             r = by_shift.get(s)
@@ -53,7 +73,7 @@ def verdict_table_html(res: HypothesesTable) -> str:
             mean = "" if not math.isfinite(r.mean_er) else f"{r.mean_er:+.1f}"   # plain text: nothing to escape
             mark = MARKS.get(r.verdict)
             mean += f" {mark}" if mark else f" <small>{esc(r.verdict)}</small>"
-            interval = (f"<br><small>[{r.low:+.1f}, {r.high:+.1f}]</small>"
+            interval = (f"{under}<small>[{r.low:+.1f}, {r.high:+.1f}]</small>"
                         if math.isfinite(r.low) and math.isfinite(r.high) else "")
             colour = COLOURS.get(r.verdict)
             style = f"background:{colour};" if colour else ""
@@ -61,11 +81,12 @@ def verdict_table_html(res: HypothesesTable) -> str:
                          f'n = {r.n_models}">{mean}'
                          f"{interval}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
-    legend = " · ".join(f'<span style="background:{COLOURS[v]};padding:0 4px">{m} {esc(v)}</span>'
-                        for v, m in MARKS.items())
-    return (f'<p class="sb-note">Each cell: mean effective robustness (pp) and its verdict, {legend}; under it the '
-            f'95% interval.</p><table class="sb-small"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}'
-            "</tbody></table>")
+    table = (f'<table class="sb-small sb-verdicts"><thead><tr>{head}</tr></thead>'
+             f'<tbody>{"".join(body)}</tbody></table>')
+    if not note:
+        return table
+    return (f'<p class="sb-note">Each cell: mean effective robustness (pp) and its verdict, {verdict_legend()}; '
+            f"{interval_place(res)} it the 95% interval.</p>" + table)
 
 
 @register_section
@@ -88,15 +109,17 @@ class HypothesesSection(Section):
         except ShiftbenchError as err:
             note = f'<p class="sb-note">No verdict table: {esc(str(err))}</p>'
             return [Rendered(self.title, anchor, section_html(anchor, self.title, note))]
-        parts = [f"<p>Hendrycks et al. (2021, <em>The Many Faces of Robustness</em>, §5) test hypotheses about what "
-                 f"makes models robust. Each row is a group of models sharing an intervention (group table "
-                 f"<code>{esc(res.groups_source)}</code>); each cell is the group's mean effective robustness in "
-                 f"percentage points with its 95% percentile bootstrap interval over the group's models "
-                 f"({res.n_boot} resamples, seed {res.seed}). {esc(VERDICT_RULE)} (minimum {res.min_models}).</p>",
-                 verdict_table_html(res)]
-        parts.append(ctx.table(res.rows, tb.dir / "hypotheses",
-                               f"Hypotheses on {t.name}: mean effective and relative robustness (pp) per group and "
-                               f"shift, 95% bootstrap intervals over models", "Full table"))
+        # said once: what a row and a cell hold, the verdicts' colours, and the rule behind them
+        parts = [f"<p>Which interventions make models robust (Hendrycks et al. 2021, <em>The Many Faces of "
+                 f"Robustness</em>, §5)? A row: a group of models sharing an intervention (<code>"
+                 f"{esc(res.groups_source)}</code>); a cell: its mean effective robustness (pp) and verdict, "
+                 f"{verdict_legend()}, {interval_place(res)} it the 95% percentile bootstrap interval over the "
+                 f"group's models ({res.n_boot} resamples, seed {res.seed}). {esc(VERDICT_RULE)} (minimum "
+                 f"{res.min_models}).</p>",
+                 verdict_table_html(res, note=False)]
+        parts.append(file_row(ctx.table(res.rows, tb.dir / "hypotheses",
+                                        f"Hypotheses on {t.name}: mean effective and relative robustness (pp) per "
+                                        f"group and shift, 95% bootstrap intervals over models", "Full table")))
         notes = [f"{r.group}: {r.note}" for r in res.rows.drop_duplicates("group").itertuples(index=False) if r.note]
         notes += list(res.notes)
         if notes:

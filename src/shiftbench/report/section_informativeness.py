@@ -19,7 +19,9 @@ from shiftbench.report.sections import (
     ReportContext,
     Section,
     TestbedReport,
+    compact,
     esc,
+    file_row,
     register_section,
     section_html,
     small_table,
@@ -76,26 +78,28 @@ class InformativenessSection(Section):
             return [Rendered(self.title, anchor, section_html(anchor, self.title, note))]
         best = top_informative(ranking, self.top)
         a = ranking.attrs
-        parts = [(f"<p>{recipe} Does a setting's accuracy help predict a model's group "
-                 f"({esc(', '.join(a['groups']))}) beyond <code>{esc(x)}</code> accuracy? Features are standardised "
-                 f"logit accuracies; the gain is the difference of {a['n_folds']}-fold cross-validated accuracies "
-                 f"(points), mean ± s.d. over {a['n_resamples']} bootstrap resamples of the models (1,000 in the "
-                 f"paper; <code>shiftbench informativeness</code> defaults to it). Each setting is computed on the "
-                 f"models that have it (<em>n</em> in the table); {ranking['setting'].nunique()} settings ranked in "
-                 f"{a['seconds']:.1f} s, {len(a['dropped'])} dropped with fewer than {a['min_models_per_group']} "
-                 f"models per group or fewer than {_floor(a['min_models'])}.</p>")]
+        # said once: the question, the recipe (its own words), then only what the recipe leaves open
+        parts = [(f"<p>Does a setting's accuracy help predict a model's group ({esc(', '.join(a['groups']))}) "
+                 f"beyond <code>{esc(x)}</code> accuracy? {recipe[:-1]}; here on standardised logit accuracies, "
+                 f"{a['n_folds']}-fold, with {a['n_resamples']} resamples (1,000 in the paper and in "
+                 f"<code>shiftbench informativeness</code>); gains in points. {ranking['setting'].nunique()} settings "
+                 f"ranked in {a['seconds']:.1f} s, each on the models that have it (<em>n</em> in the table); "
+                 f"{len(a['dropped'])} dropped with fewer than {a['min_models_per_group']} models per group or "
+                 f"fewer than {_floor(a['min_models'])}.</p>")]
         title = f"Most informative settings beyond {x} accuracy ({t.name}, {info['name']})"
         parts.append(ctx.plot(informativeness_figure(best, title=title)))
-        parts.append(ctx.static_figure(plot_informativeness(best, title=title), tb.dir / "informativeness"))
         shown = best[["rank", "setting", "gain_mean", "gain_sd", "score_id", "score_metric", "n_models",
                       "models_per_group"]].rename(columns={"gain_mean": "gain", "gain_sd": "s.d.",
                                                            "score_id": f"{x} only %", "score_metric": "+ setting %",
                                                            "n_models": "n"})
         shown["n"] = shown["n"].astype(int)
-        parts.append(f"<details><summary>The top {len(shown)} in numbers</summary>"
-                     + small_table(shown, {"rank": "d", "gain": "+.1f", "s.d.": ".1f", f"{x} only %": ".1f",
-                                           "+ setting %": ".1f", "n": "d"}) + "</details>")
-        parts.append(ctx.table(with_method_columns(ranking), tb.dir / "informativeness",
-                               f"Informativeness of every setting beyond {x} accuracy on {t.name} "
-                               f"(recipe {info['name']}: {info['paper']})", "Full ranking"))
+        parts.append(file_row(ctx.static_figure(plot_informativeness(best, title=title), tb.dir / "informativeness"),
+                              ctx.table(with_method_columns(ranking), tb.dir / "informativeness",
+                                        f"Informativeness of every setting beyond {x} accuracy on {t.name} "
+                                        f"(recipe {info['name']}: {info['paper']})", "Full ranking"),
+                              f"<details><summary>Top {len(shown)} in numbers: gain, s.d., accuracies, models per "
+                              f"group ({len(shown)} rows)</summary>"
+                              + compact(small_table(shown, {"rank": "d", "gain": "+.1f", "s.d.": ".1f",
+                                                            f"{x} only %": ".1f", "+ setting %": ".1f", "n": "d"}))
+                              + "</details>"))
         return [Rendered(self.title, anchor, section_html(anchor, self.title, "".join(parts)))]

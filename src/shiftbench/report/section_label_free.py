@@ -62,7 +62,9 @@ from shiftbench.report.sections import (
     ReportContext,
     Section,
     TestbedReport,
+    compact,
     esc,
+    file_row,
     pair_html,
     register_section,
     section_html,
@@ -353,7 +355,7 @@ def lines_figure(run: LabelFreeRun, first: Shift) -> go.Figure:
             fig.update_yaxes(tickvals=axes["yaxis.tickvals"], ticktext=axes["yaxis.ticktext"])
             title = axes["title.text"]
         n_traces += 4
-    _layout(fig, title, "in-distribution (probit axis)", "shifted (probit axis)", height=520)
+    _layout(fig, title, "in-distribution (probit axis)", "shifted (probit axis)", height=420)
     menu = []
     for label, axes, start in buttons:
         visible = [start <= i < start + 4 for i in range(n_traces)]
@@ -406,8 +408,8 @@ def estimates_figure(points: pd.DataFrame) -> go.Figure:
                                        + label + "</extra>"))
     fig.add_trace(go.Scatter(x=[0, 100], y=[0, 100], mode="lines", name="y = x", hoverinfo="skip",
                              line=dict(color="#555", dash="dot", width=1)))
-    _layout(fig, "Estimate without labels against the true shifted accuracy", "true shifted accuracy (%)",
-            "estimate (%)", height=520)
+    _layout(fig, "Estimate without labels against the truth", "true shifted accuracy (%)",
+            "estimate (%)", height=420)
     fig.update_xaxes(range=[0, 100])
     fig.update_yaxes(range=[0, 100])
     return fig
@@ -468,49 +470,55 @@ class LabelFreeSection(Section):
         out.mkdir(parents=True, exist_ok=True)
         families = run.families
         shown = representative(run.shifts)
-        lines = ("<h3>Agreement and accuracy lines</h3>"
-                 "<p>Grey: the agreement of every pair of models inside [5%, 98%] on both sets; black: "
-                 "each model's accuracy; dashed: the agreement line, solid: the accuracy line (probit fits). "
-                 "Where the two lines coincide, agreement is on the line and ALine's estimates inherit the "
-                 "accuracy line. The verdict is the same-line F test (Chow test; pairs share models, so read "
-                 f"p as a guide) at α = {ON_LINE_ALPHA}. The dropdown shows every computed shift.</p>"
-                 + ctx.plot(lines_figure(run, shown[0]), half=True)
-                 + ctx.static_figure(plot_lines(run, shown), out / "lines"))
+        # side by side, each half the page wide, under one caption for both (so that both start at
+        # one height); how to read the lines and the test folds below them
         points = _scatter_rows(run)
-        truth = ("<h3>Estimates against the truth</h3>"
-                 f"<p>{len(points):,} estimates ({points['model'].nunique()} models × {len(run.shifts)} shifts "
-                 "× method); on the dotted line an estimate is exact.</p>"
-                 + ctx.plot(estimates_figure(points), half=True)
-                 + ctx.static_figure(plot_estimates(points), out / "estimates"))
-        parts.append(pair_html(lines, truth))   # side by side: two square plots, each half the page wide
+        parts.append("<p><b>Agreement and accuracy lines</b> (left): grey, pairs' agreement; black, models' accuracy; "
+                     "dashed / solid, the agreement / accuracy line (probit fits). <b>Estimates against the truth</b> "
+                     f"(right): {len(points):,} ({points['model'].nunique()} models × {len(run.shifts)} shifts × "
+                     "method), exact on the dotted line.</p>")
+        parts.append(pair_html(ctx.plot(lines_figure(run, shown[0]), half=True),
+                               ctx.plot(estimates_figure(points), half=True)))
+        # each figure's files are named, and go on the row of the tables' files
+        files = [ctx.static_figure(plot_lines(run, shown), out / "lines").replace(">Figure:", ">Lines:", 1),
+                 ctx.static_figure(plot_estimates(points), out / "estimates").replace(">Figure:", ">Estimates:", 1)]
+        parts.append("<details><summary>How to read the lines, their verdict and the error table's columns"
+                     "</summary><p>Grey: the agreement of every pair of models inside [5%, 98%] on both sets; black: "
+                     "each model's accuracy; dashed: the agreement line, solid: the accuracy line (probit fits); the "
+                     "dropdown shows every computed shift. Where the two lines coincide, agreement is on the line and "
+                     "ALine's estimates inherit the accuracy line. The verdict in the title is the same-line F test "
+                     f"(Chow test; pairs share models, so read p as a guide) at α = {ON_LINE_ALPHA}.</p><p>In the "
+                     "table, <em>on the line %</em> is the share of the family's shifts where the same-line test does "
+                     "not reject, <em>ALine-D on / off</em> ALine-D's error on those shifts and on the rest. The test "
+                     "needs the shifted labels; the diagnostic that does not is how linear agreement itself is (Baek "
+                     "et al. 2022): <em>R² ≥ 0.5 %</em> is the share of shifts whose agreement line has R² ≥ 0.5, and "
+                     "the last two columns ALine-D's error on those and on the rest.</p></details>")
         table = estimation_errors(run.estimates, families)
-        parts.append("<h3>Mean absolute error per shift family</h3>"
-                     "<p>Mean |estimate − truth| in percentage points over every model and shift of the family; "
-                     "<em>on the line %</em>: the share of its shifts where the same-line test does not reject; "
-                     "<em>ALine-D on / off</em>: ALine-D's error on those shifts and on the rest. The test needs "
-                     "the shifted labels; the diagnostic that does not is how linear agreement itself is "
-                     "(Baek et al. 2022): <em>R² ≥ 0.5 %</em> is the share of shifts whose agreement line has "
-                     "R² ≥ 0.5, and the last two columns ALine-D's error on those and on the rest.</p>")
+        parts.append('<h3 class="sb-tight">Mean absolute error per shift family <span class="sb-note">(|estimate − '
+                     "truth| in pp, over the family's models and shifts)</span></h3>")
         shown_table = mae_table(table)
-        parts.append(small_table(shown_table, {c: ".2f" for c in shown_table.columns if c not in ("family", "shifts")}
-                                 | {"shifts": "d", "on the line %": ".0f", "R² ≥ 0.5 %": ".0f"}))
-        parts.append(ctx.table(table, out / "mae", "Label-free estimates: mean absolute error (pp) per shift family "
-                               "and method", "Table"))
-        parts.append(ctx.table(setting_errors(run.estimates, families), out / "shifts",
-                               "Label-free estimates per shift: probit lines, same-line test, MAE (pp)",
-                               "Per shift"))
+        parts.append('<div class="sb-narrow">' + compact(small_table(
+            shown_table, {c: ".2f" for c in shown_table.columns if c not in ("family", "shifts")}
+            | {"shifts": "d", "on the line %": ".0f", "R² ≥ 0.5 %": ".0f"})) + "</div>")
+        parts.append(file_row(*files,
+                              ctx.table(table, out / "mae", "Label-free estimates: mean absolute error (pp) per "
+                                        "shift family and method", "Table"),
+                              ctx.table(setting_errors(run.estimates, families), out / "shifts",
+                                        "Label-free estimates per shift: probit lines, same-line test, MAE (pp)",
+                                        "Per shift")))
         return [Rendered(self.title, anchor, section_html(anchor, self.title, "".join(parts), level=2))]
 
     @staticmethod
     def _intro(run: LabelFreeRun) -> str:
         corrupted = [s for s in run.shifts if not s.natural]
-        note = (f" Corrupted settings: severity {SEVERITY} of each corruption only ({len(corrupted)} settings), to "
-                "keep the report fast; <code>bench/label_free.py</code> computes every severity." if corrupted else "")
+        note = (f" Corrupted settings at severity {SEVERITY} only ({len(corrupted)}; <code>bench/label_free.py"
+                "</code> computes every severity)." if corrupted else "")
         failed = (' <span class="sb-note">Not estimated: ' + "; ".join(
             f"<code>{esc(k)}</code> ({esc(v)})" for k, v in list(run.failed.items())[:4]) + ".</span>"
             if run.failed else "")
-        return ("<p>Each model's accuracy on a shifted setting, estimated from its stored predictions without the "
-                "shifted labels, against the truth: <b>ALine-D</b> and <b>ALine-S</b> (agreement on the line, Baek "
-                "et al. 2022), <b>ATC</b> (Garg et al. 2022), <b>DoC</b> (Guillory et al. 2021) and <b>AC</b> "
-                "(average confidence); <code>shiftbench estimate</code> computes any pair of settings "
-                f"(docs/label_free.md). {len(run.shifts)} shifts in {run.seconds:.1f} s.{note}{failed}</p>")
+        return ("<p>Each model's shifted accuracy estimated from its stored predictions without the shifted "
+                "labels, against the truth: <b>ALine-D</b> and <b>ALine-S</b> (Baek et al. 2022), <b>ATC</b> (Garg "
+                "et al. 2022), <b>DoC</b> (Guillory et al. 2021), <b>AC</b> (average confidence); <code>shiftbench "
+                "estimate</code> computes any pair of settings (docs/label_free.md). "
+                f"{len(run.shifts)} shifts in {run.seconds:.1f} s."
+                f"{note}{failed}</p>")

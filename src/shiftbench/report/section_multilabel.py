@@ -25,7 +25,9 @@ from shiftbench.report.sections import (
     Section,
     TestbedReport,
     choice_html,
+    compact,
     esc,
+    file_row,
     register_section,
     section_html,
     small_table,
@@ -70,8 +72,9 @@ def _interactive(table: pd.DataFrame, trends: pd.DataFrame, title: str, scale: s
             fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line=dict(color=colour, width=1.5), legendgroup=col,
                                      showlegend=False, hoverinfo="skip"))
     fig.update_layout(title=dict(text=plotly_text(title), y=0.97), xaxis_title="IID mAP (%)",
-                      yaxis_title="OOD mAP (%)", height=520, template="plotly_white",
-                      legend=dict(x=1.02, y=1, xanchor="left", title="OOD set"), margin=dict(t=70, r=190))
+                      yaxis_title="OOD mAP (%)", height=460, template="plotly_white",
+                      legend=dict(x=1.02, y=1, xanchor="left", title="OOD set", font=dict(size=10)),
+                      margin=dict(t=60, r=20, b=50, l=60))
     return fig
 
 
@@ -127,19 +130,31 @@ class MultiLabelSection(Section):
 
     @staticmethod
     def _study(ctx: ReportContext, name: str, rows: pd.DataFrame, out) -> str:
-        """One study: the IID-OOD plot, the fit per OOD set, and the paper's table folded."""
+        """One study: the IID-OOD plot beside the fit per OOD set, and the paper's table folded."""
         table = dfr_table(rows)
         trends = dfr_trends(rows, scale=ctx.scale)
         title = f"IID vs OOD mAP: {name} ({len(table)} models)"
         paper = table.reset_index()
+        fits = trends
+        counts = trends["n_models"].dropna().unique() if "n_models" in trends else []
+        caption = "Fit of OOD mAP on IID mAP per OOD set (mean drop: IID minus OOD, points)"
+        if len(counts) == 1:   # the same models behind every fit: said once, not on every row
+            fits = trends.drop(columns=["n_models"])
+            caption += f", each over {int(counts[0])} models"
+        fits = fits.rename(columns={"r2": "r²", "mean_drop": "mean drop"})
+        fit_table = (f"<p>{caption}.</p>"
+                     + compact(small_table(fits, {c: ".3f" if c in ("slope", "intercept", "r²", "r") else ".2f"
+                                                  for c in ("slope", "intercept", "r²", "r", "mean drop")
+                                                  if c in fits})))
+        # the figure and the fits side by side: the table needs its width, the figure takes the rest
+        # (the table comes first in the page, so that plotly draws the figure at its final width)
         return "".join([
-            ctx.plot(_interactive(table, trends, title, ctx.scale)),
-            ctx.static_figure(_static(table, trends, title, ctx.scale), out / f"{name}-trend"),
-            "<p>Fit of OOD mAP on IID mAP per OOD set (mean drop: IID minus OOD, points).</p>",
-            small_table(trends, {c: ".3f" if c in ("slope", "intercept", "r2", "r") else ".2f"
-                                 for c in ("slope", "intercept", "r2", "r", "mean_drop")}),
+            f'<div class="sb-side"><div class="sb-side-table">{fit_table}</div>'
+            f'<div class="sb-side-main">{ctx.plot(_interactive(table, trends, title, ctx.scale), half=True)}</div>'
+            "</div>",
             f"<details><summary>mAP (%) in the paper's form: IID, each OOD set, the OOD average ({len(paper)} "
             "models)</summary>",
-            '<div class="sb-table-scroll" style="white-space: nowrap">'
+            '<div class="sb-table-scroll sb-ten-rows" style="white-space: nowrap">'
             + small_table(paper, {c: ".1f" for c in paper.columns if c != "model"}) + "</div></details>",
-            ctx.table(paper, out / f"{name}-table", f"Multi-label shifts: {name} (mAP %)")])
+            file_row(ctx.static_figure(_static(table, trends, title, ctx.scale), out / f"{name}-trend"),
+                     ctx.table(paper, out / f"{name}-table", f"Multi-label shifts: {name} (mAP %)"))])

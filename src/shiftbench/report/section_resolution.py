@@ -21,8 +21,9 @@ from shiftbench.report.sections import (
     Section,
     TestbedReport,
     choice_html,
+    compact,
     esc,
-    pair_html,
+    file_row,
     register_section,
     section_html,
     slug,
@@ -80,7 +81,10 @@ def resolution_figure(rows: pd.DataFrame, *, title: str) -> go.Figure:
                     name=f"{name} ({label})", legendgroup=name, showlegend=False,
                     marker=dict(symbol=symbol, size=size, color=colour, line=dict(color=colour, width=2)),
                     hovertemplate=f"<b>{name}</b><br>{label} resolution %{{x}} px: %{{y:.2f}}%<extra></extra>"))
-    _layout(fig, plotly_text(title), "test resolution (px, log scale)", "top-1 accuracy (%)", height=460)
+    _layout(fig, plotly_text(title), "test resolution (px, log scale)", "top-1 accuracy (%)", height=440, top=50)
+    # beside the plot, not over its lines
+    fig.update_layout(legend=dict(x=1.02, xanchor="left", y=1, yanchor="top", font=dict(size=10)),
+                      margin=dict(r=10, b=50))
     ticks = sorted({int(r) for r in rows["resolution"]})
     fig.update_xaxes(type="log", tickvals=ticks, ticktext=[str(t) for t in ticks])
     return fig
@@ -146,27 +150,31 @@ class ResolutionSection(Section):
         return [Rendered(self.title, anchor, section_html(anchor, self.title, "".join(parts), level=2))]
 
     def _setting(self, ctx: ReportContext, setting: str, sub: pd.DataFrame) -> str:
-        """One setting: the curves, then per model its best and native resolutions beside the
-        resolutions it could not run at; every (model, resolution) row folds."""
-        parts = []
+        """One setting: the curves beside per model its best and native resolutions, with the
+        resolutions it could not run at folded under them; every (model, resolution) row folds."""
+        parts, files = [], []
         title = f"Accuracy against test resolution on {setting}"
-        if sub["accuracy"].notna().any():
-            parts.append(ctx.plot(resolution_figure(sub, title=title)))
-            stem = ctx.out_dir / "resolution" / slug(setting)
-            parts.append(ctx.static_figure(plot_resolution(sub, title=title), stem))
         shown = sub[sub["error"].isna()]
-        summary = ('<div style="white-space: nowrap">'
-                   + small_table(best_native(shown), {"native": "s", "best ★": "s"}) + "</div>")
+        side = ['<div style="white-space: nowrap">'
+                + compact(small_table(best_native(shown), {"native": "s", "best ★": "s"})) + "</div>"]
         failed = sub[sub["error"].notna()]
         if len(failed):
-            failures = ('<p class="sb-reason">Not run at every resolution (the full messages are in the '
-                        "CSV):</p><ul>" + "".join(
-                            f"<li>{esc(model)} at {', '.join(str(int(r)) for r in f['resolution'])} px: "
-                            f"{esc(_short(f['error'].iloc[0]))}</li>"
-                            for model, f in failed.groupby("model", sort=False)) + "</ul>")
-            parts.append(pair_html(summary, failures))
+            by_model = list(failed.groupby("model", sort=False))
+            side.append(f'<details class="sb-reason-fold"><summary>Not run at every resolution: {len(by_model)} '
+                        f"of {sub['model'].nunique()} models (why; the full messages are in the CSV)</summary><ul>"
+                        + "".join(f"<li>{esc(model)} at {', '.join(str(int(r)) for r in f['resolution'])} px: "
+                                  f"{esc(_short(f['error'].iloc[0]))}</li>" for model, f in by_model)
+                        + "</ul></details>")
+        if sub["accuracy"].notna().any():
+            # the curves and the table side by side: the table needs its width, the figure takes the rest
+            # (the table comes first in the page, so that plotly draws the figure at its final width)
+            parts.append(f'<div class="sb-side"><div class="sb-side-table">{"".join(side)}</div>'
+                         f'<div class="sb-side-main">{ctx.plot(resolution_figure(sub, title=title), half=True)}</div>'
+                         "</div>")
+            stem = ctx.out_dir / "resolution" / slug(setting)
+            files.append(ctx.static_figure(plot_resolution(sub, title=title), stem))
         else:
-            parts.append(summary)
+            parts.extend(side)
         shown = shown.assign(best=np.where(shown["best"].astype(bool), "★", ""),
                              native=np.where(shown["native"].astype(bool), "○", ""))
         parts.append(f"<details><summary>Every model at every resolution ({len(shown)} rows)</summary>"
@@ -174,8 +182,9 @@ class ResolutionSection(Section):
                          columns={"accuracy": "top-1 %", "top5": "top-5 %", "n_examples": "examples"}),
                          {"resolution": "d", "resize": ".0f", "top-1 %": ".2f", "top-5 %": ".2f", "examples": "d"})
                      + "</details>")
-        parts.append(ctx.table(sub, ctx.out_dir / "resolution" / slug(setting),
+        files.append(ctx.table(sub, ctx.out_dir / "resolution" / slug(setting),
                                f"Top-1 accuracy (%) against test resolution on {setting}"))
+        parts.append(file_row(*files))
         return "".join(parts)
 
 

@@ -29,7 +29,9 @@ from shiftbench.report.sections import (
     Section,
     TestbedReport,
     choice_html,
+    compact,
     esc,
+    file_row,
     pair_html,
     register_section,
     section_html,
@@ -105,18 +107,17 @@ class SimilaritySection(Section):
     def render(self, ctx: ReportContext, tb: TestbedReport | None) -> list[Rendered]:
         settings = self._settings(ctx)
         shown, shifted = drawn_settings(list(settings.index))
-        parts = ["<p>Per setting, for every pair of models evaluated on it: the <b>dominance probability</b> - "
-                 "the share of examples the less accurate model gets right and the more accurate one gets wrong "
-                 "(Mania &amp; Sra 2020) - and the <b>error consistency</b> κ, Cohen's kappa of the two models' "
-                 "right/wrong decisions beyond what their accuracies alone would give (Geirhos et al. 2020; 0 is "
-                 "chance, 1 identical errors, blank when both models are always right or always wrong). Rows and "
-                 "columns run from the least to the most accurate model. Examples are aligned by id; an example "
-                 "not scored for every model is left out for all.</p>"]
+        parts = ["<p>Per pair of models on a setting: the <b>dominance probability</b>, the share of examples the "
+                 "less accurate model gets right and the more accurate one wrong (Mania &amp; Sra 2020), and the "
+                 "<b>error consistency</b> κ, Cohen's kappa of their right/wrong decisions beyond what their "
+                 "accuracies alone give (Geirhos et al. 2020; 0: chance, 1: identical errors; blank if both are "
+                 "never or always wrong).</p>"]
         if len(settings) > len(shown):
-            left = (f"; the {len(shifted)} settings made by a synthetic shift (<code>+corruption.severity</code>) are "
+            left = (f"; the {len(shifted)} made by a synthetic shift, <code>+corruption.severity</code>, are "
                     "not drawn" if shifted and shown[0] not in shifted else "")
-            parts.append(f'<p class="sb-note">{len(shown)} of {len(settings)} settings shown (those with the most '
-                         f"models{left}); <code>shiftbench similarity --setting S</code> computes any setting.</p>")
+            parts[0] = parts[0][:-4] + (f' <span class="sb-note">{len(shown)} of {len(settings)} settings shown '
+                                        f"(most models{left}; <code>shiftbench similarity --setting S</code> "
+                                        "computes any).</span></p>")
         if len(shown) == 1:
             parts.append(self._setting(ctx, shown[0]))
         else:   # one setting at a time: a selector over the settings, not one pair of matrices after another
@@ -127,7 +128,7 @@ class SimilaritySection(Section):
 
     def _setting(self, ctx: ReportContext, setting: str) -> str:
         assert ctx.store is not None
-        head = f"<h3>Similarity on {esc(setting)}</h3>"
+        head = f"<p><b>Similarity on {esc(setting)}</b>: "
         try:
             store, models = ctx.store, self._models(ctx, setting)
             # kept between builds: a pure function of the store's finished keys on this setting
@@ -139,7 +140,7 @@ class SimilaritySection(Section):
             matrix, sim = ctx.memo("similarity", (store_stamp(store), setting, models), compute,
                                    code=(correctness, similarity))
         except ShiftbenchError as exc:
-            return head + f'<p class="sb-reason">Not computed: {esc(exc)}.</p>'
+            return head + f'not computed: {esc(exc)}.</p>'
         out_stem = ctx.out_dir / "similarity" / slug(setting)
         out_stem.parent.mkdir(parents=True, exist_ok=True)
         excluded = []
@@ -147,19 +148,24 @@ class SimilaritySection(Section):
             excluded.append(f"{matrix.n_skipped:,} skipped (not decodable) for some model")
         if matrix.n_unshared:
             excluded.append(f"{matrix.n_unshared:,} not evaluated for every model")
-        parts = [f"<p>{matrix.n_models} models, {matrix.n_examples:,} examples"
-                 + (f" ({'; '.join(excluded)}, left out)" if excluded else "") + ".</p>"]
-        if matrix.n_models > MAX_MODELS:
-            parts.append(f'<p class="sb-note">The matrices show {MAX_MODELS} of the {matrix.n_models} models, evenly '
-                         "spaced in accuracy; the CSV has every pair.</p>")
-        parts.append(pair_html(ctx.plot(similarity_heatmap(sim, "dominance_probability"), half=True),
-                               ctx.plot(similarity_heatmap(sim, "error_consistency"), half=True)))
-        parts.append(ctx.static_figure(plot_similarity_matrices(sim), out_stem))
-        parts.append(f"<h4>Most dissimilar pairs (top {min(TOP_PAIRS, len(sim.pairs))} by dominance probability)</h4>")
-        parts.append(small_table(dissimilar_pairs(sim.pairs), {"acc. less %": ".2f", "acc. more %": ".2f",
-                                                               "dominance prob.": ".4f", "κ": "+.3f"}))
+        more = (f' <span class="sb-note">Matrices: {MAX_MODELS}, evenly spaced in accuracy.</span>'
+                if matrix.n_models > MAX_MODELS else "")
+        # one line under the selector: the setting, its models and examples (examples are aligned by id)
+        parts = [f"{matrix.n_models} models, {matrix.n_examples:,} examples"
+                 + (f" ({'; '.join(excluded)}, left out)" if excluded else "") + f".{more}</p>"]
+        # short titles (the heading above names the setting), clear of the toolbar at half the page
+        parts.append(pair_html(
+            ctx.plot(similarity_heatmap(sim, "dominance_probability", with_setting=False), half=True),
+            ctx.plot(similarity_heatmap(sim, "error_consistency", with_setting=False), half=True)))
+        # the most dissimilar pairs under the matrices, their heading on the line of the files
         sim.pairs.to_csv(out_stem.with_name(out_stem.name + "-pairs.csv"), index=False)
-        parts.append(f'<p class="sb-files">Every pair: {ctx.link(out_stem.with_name(out_stem.name + "-pairs.csv"))}</p>')
+        parts.append(file_row(f"<h4>Most dissimilar pairs (top {min(TOP_PAIRS, len(sim.pairs))} by dominance "
+                              "probability)</h4>",
+                              ctx.static_figure(plot_similarity_matrices(sim), out_stem),
+                              f'<p class="sb-files">Every pair: '
+                              f'{ctx.link(out_stem.with_name(out_stem.name + "-pairs.csv"))}</p>'))
+        parts.append(compact(small_table(dissimilar_pairs(sim.pairs), {"acc. less %": ".2f", "acc. more %": ".2f",
+                                                                       "dominance prob.": ".4f", "κ": "+.3f"})))
         parts.append(self._unsolved(ctx, matrix, out_stem))
         return head + "".join(parts)
 
@@ -170,15 +176,17 @@ class SimilaritySection(Section):
                     "model gets right are not listed (<code>shiftbench eval --model-type STANDARD</code>).</p>")
         table = unsolved_examples(matrix)
         solved = int((table["n_right"] > 0).sum())
-        parts = [f"<h4>Examples no standard model gets right</h4><p>{len(table):,} of {matrix.n_examples:,} "
-                 f"examples are missed by all {n_std} standard models; {solved:,} of them are solved by at least one "
-                 f"other model.</p>"]
+        parts = [f"<p><b>Unsolved:</b> {len(table):,} of {matrix.n_examples:,} examples are missed by all {n_std} "
+                 f"standard models; {solved:,} of them are solved by at least one other model.</p>"]
         if len(table):
             top = table.head(TOP_EXAMPLES)
             show = pd.DataFrame({"example": top["id"], "models right": top["n_right"],
                                  "solved by (most accurate first)": top["solved_by"].map(solved_by_short),
                                  "their types": top["solved_by_types"]})
-            parts.append(small_table(show, {"models right": "d"}))
+            # folded: the numbers above are the reading, the examples are for a closer look
+            parts.append(f"<details><summary>The first {len(top)} of these {len(table):,} examples (id, models "
+                         "right, which models solve it, their types)</summary>"
+                         + compact(small_table(show, {"models right": "d"})) + "</details>")
             stem = out_stem.with_name(out_stem.name + "-unsolved")
             parts.append(ctx.table(table, stem, f"Examples of {matrix.setting} no standard model gets right",
                                    "Every such example"))

@@ -18,7 +18,10 @@ from shiftbench.report.sections import (
     ReportContext,
     Section,
     TestbedReport,
+    compact,
     esc,
+    file_row,
+    pair_html,
     register_section,
     section_html,
     slug,
@@ -88,12 +91,10 @@ class TrajectorySection(Section):
 
     def render(self, ctx: ReportContext, tb: TestbedReport | None) -> list[Rendered]:
         assert tb is not None
-        parts = ['<p class="sb-note">Each checkpoint of a training run evaluated with '
-                 "<code>shiftbench.Trajectory</code>, placed against the trend of the testbed's standard models: "
-                 "its effective robustness is its shifted accuracy minus the trend's prediction at its "
-                 "in-distribution accuracy. Andreassen et al. (2021) found that pre-trained models are "
-                 "effectively robust early in fine-tuning, and that this vanishes as fine-tuning converges. "
-                 "Ring: first checkpoint; star: last.</p>"]
+        parts = ['<p class="sb-note">The checkpoints of runs evaluated with <code>shiftbench.Trajectory</code>, '
+                 "against the trend of the standard models. Andreassen et al. (2021): pre-trained models are "
+                 "effectively robust early in fine-tuning, and this vanishes as it converges. Ring: first "
+                 "checkpoint; star: last.</p>"]
         for (x, y), trajs in _pairs(ctx, tb).items():
             parts.append(self._pair(ctx, tb, x, y, trajs))
         anchor = ctx.anchor(tb.anchor, self.key)
@@ -109,30 +110,40 @@ class TrajectorySection(Section):
         lines = []
         for name, er in ers.items():
             s = trajectory_summary(er)
-            lines.append(f"<li><b>{esc(name)}</b>: {s['n_checkpoints']} checkpoints; effective robustness "
+            lines.append(f"<li><b>{esc(name)}</b> ({s['n_checkpoints']} checkpoints): effective robustness "
                          f"{s['start_er']:+.2f} pp at step {s['start_step']}, peak {s['peak_er']:+.2f} pp at step "
                          f"{s['peak_step']} ({x} {s['peak_x_acc']:.2f}%), {s['end_er']:+.2f} pp at the last step "
                          f"{s['end_step']} ({x} {s['end_x_acc']:.2f}%, {y} {s['end_y_acc']:.2f}%).</li>")
-        body = [head, f"<ul>{''.join(lines)}</ul>"]
+        body = [head, f'<ul class="sb-tight">{"".join(lines)}</ul>']
         stem = tb.dir / f"trajectory_{slug(y)}_vs_{slug(x)}"
         title = f"Fine-tuning trajectories ({tb.testbed.name}): {y} vs {x}"
         by = "epoch" if all(e["epoch"].notna().all() for e in ers.values()) else "step"
         er_title = f"Effective robustness on {y} during fine-tuning ({tb.testbed.name})"
-        # one above the other: the scatter keeps its legend beside it, which a half-width figure cannot
-        body.append(ctx.plot(trajectory_figure(tb.testbed, x, y, ers, fit=fit, band=band, title=title)))
-        body.append(ctx.plot(trajectory_er_figure(ers, by=by, title=er_title)))
+        # side by side, half the page each: short titles, the legends in rows under the plots, one height
+        scatter = trajectory_figure(tb.testbed, x, y, ers, fit=fit, band=band, title=f"Trajectories: {y} vs {x}",
+                                    legend_below=True)
+        er_fig = trajectory_er_figure(ers, by=by, title=f"Effective robustness on {y} (pp)", legend_below=True)
+        height = max(int(scatter.layout.height), int(er_fig.layout.height))
+        scatter.update_layout(height=height)
+        er_fig.update_layout(height=height)
+        left, right = [ctx.plot(scatter, half=True)], [ctx.plot(er_fig, half=True)]
         if ctx.figure_formats:
-            body.append(ctx.static_figure(plot_trajectory(tb.testbed, x, y, ers, fit=fit, band=band, title=title),
-                                          stem))
-            body.append(ctx.static_figure(plot_trajectory_er(ers, by=by, title=er_title), stem.with_name(stem.name + "_er")))
+            left.append(file_row(ctx.static_figure(plot_trajectory(tb.testbed, x, y, ers, fit=fit, band=band,
+                                                                   title=title), stem)))
+            right.append(file_row(ctx.static_figure(plot_trajectory_er(ers, by=by, title=er_title),
+                                                    stem.with_name(stem.name + "_er"))))
+        body.append(pair_html("".join(left), "".join(right)))
         table = pd.concat([e.assign(trajectory=n) for n, e in ers.items()], ignore_index=True)
         table = table[["trajectory", "step", "epoch", "x_acc", "y_acc", "predicted_y_acc", "effective_robustness"]]
         shown = table.rename(columns={"x_acc": f"{x} %", "y_acc": f"{y} %", "predicted_y_acc": "trend %",
                                       "effective_robustness": "ER (pp)"})
-        body.append(f"<details><summary>Every checkpoint ({len(shown)} rows)</summary>"
-                    + small_table(shown, {"step": "d", "epoch": ".2f", f"{x} %": ".2f", f"{y} %": ".2f",
-                                          "trend %": ".2f", "ER (pp)": "+.2f"}) + "</details>")
-        body.append(ctx.table(table, stem, f"Fine-tuning trajectories on {tb.testbed.name}: {y} vs {x}"))
+        # the table's files and its folded rows on one line
+        body.append(file_row(ctx.table(table, stem, f"Fine-tuning trajectories on {tb.testbed.name}: {y} vs {x}"),
+                             f"<details><summary>Every checkpoint ({len(shown)} rows: step, epoch, both accuracies, "
+                             f"the trend's prediction and effective robustness)</summary>"
+                             + compact(small_table(shown, {"step": "d", "epoch": ".2f", f"{x} %": ".2f",
+                                                           f"{y} %": ".2f", "trend %": ".2f", "ER (pp)": "+.2f"}))
+                             + "</details>"))
         return "".join(body)
 
 

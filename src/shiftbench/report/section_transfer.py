@@ -35,6 +35,7 @@ from shiftbench.report.sections import (
     calibration_rows,
     choice_html,
     esc,
+    file_row,
     register_section,
     section_html,
     setting_family,
@@ -128,23 +129,32 @@ def _label(metric: str) -> str:
     return f"ECE: {setting}" if kind == "ece" else metric
 
 
-def _cell_text(rows: pd.DataFrame, value: str) -> pd.DataFrame:
+def _cell_text(rows: pd.DataFrame, value: str, with_n: bool = True) -> pd.DataFrame:
+    """Per cell: ``+0.80 [+0.55, +0.93]`` on one line, `` n=28`` added with ``with_n``."""
     lo, hi = ("low", "high") if value == "rho" else ("partial_low", "partial_high")
-    return rows.assign(text=[("" if not np.isfinite(r[value]) else f"{r[value]:+.2f}<br>[{r[lo]:+.2f}, {r[hi]:+.2f}]")
-                             + f"<br>n={int(r['n_models'])}" for _, r in rows.iterrows()])
+    return rows.assign(text=[("" if not np.isfinite(r[value]) else f"{r[value]:+.2f} [{r[lo]:+.2f}, {r[hi]:+.2f}]")
+                             + (f" n={int(r['n_models'])}" if with_n else "") for _, r in rows.iterrows()])
 
 
 def _heatmap(corr, value: str, title: str) -> go.Figure:
+    """Metrics x task groups, one line of text per cell (rho and its interval); the model count
+    is in each cell when it differs between cells, else once in the title (and always on hover)."""
     mat = corr.matrix(value)
-    text = _cell_text(corr.rows, value).pivot(index="metric", columns="group", values="text").reindex(
-        index=mat.index, columns=mat.columns)
+    counts = corr.rows["n_models"].dropna().unique()
+    same_n = len(counts) == 1
+    if same_n:
+        title = f"{title} (n={int(counts[0])} models per cell)"
+    text = _cell_text(corr.rows, value, with_n=not same_n).pivot(index="metric", columns="group", values="text")
+    text = text.reindex(index=mat.index, columns=mat.columns)
+    n = corr.rows.pivot(index="metric", columns="group", values="n_models").reindex(index=mat.index,
+                                                                                    columns=mat.columns)
     labels = [plotly_text(_label(m)) for m in mat.index]
     fig = go.Figure(go.Heatmap(z=mat.to_numpy(), x=[plotly_text(g) for g in mat.columns], y=labels, zmin=-1, zmax=1,
                                zmid=0, colorscale="RdBu", text=text.to_numpy(), texttemplate="%{text}",
-                               textfont=dict(size=10), colorbar=dict(title="rho", len=0.8),
-                               hovertemplate="%{y}<br>%{x}: %{text}<extra></extra>"))
-    fig.update_layout(title=dict(text=plotly_text(title), y=0.98), height=max(360, 46 * len(mat) + 130),
-                      template="plotly_white", margin=dict(l=10, t=70), xaxis=dict(side="top"),
+                               customdata=n.to_numpy(), textfont=dict(size=11), colorbar=dict(title="rho", len=0.8),
+                               hovertemplate="%{y}<br>%{x}: %{text}<br>n=%{customdata} models<extra></extra>"))
+    fig.update_layout(title=dict(text=plotly_text(title), y=0.98), height=max(300, 26 * len(mat) + 100),
+                      template="plotly_white", margin=dict(l=10, t=64, b=10), xaxis=dict(side="top"),
                       yaxis=dict(autorange="reversed"))
     return fig
 
@@ -187,13 +197,12 @@ class TransferSection(Section):
         groups = dict(zip(rows["task"].astype(str), rows["group"].astype(str))) if rows["group"].notna().any() else None
         testbed = _testbed(target, x, rows[rows["model"].isin(target.testbed.models)])
         anchor = ctx.anchor(self.key)
-        intro = (f"<p>Each model of <b>{esc(target.testbed.name)}</b> was adapted to new tasks with a linear probe on "
-                 "its frozen penultimate features (VTAB-1k: 1,000 labels per task; Zhai et al. 2019). Below: the "
-                 "rank correlation (Spearman's rho over models, 95% bootstrap interval over models, n = models behind "
-                 "the cell) of each robustness metric with the mean transfer accuracy of each task group, and the "
-                 f"same with ID accuracy on <code>{esc(x)}</code> partialled out: a metric says more than ID accuracy "
-                 "where the partial rho's interval excludes 0 (Djolonga et al. 2021, who found robustness tracks "
-                 "transfer to natural tasks but adds little beyond ImageNet accuracy elsewhere).</p>")
+        intro = (f"<p>Each model of <b>{esc(target.testbed.name)}</b> adapted to new tasks by a linear probe on its "
+                 "frozen penultimate features (VTAB-1k, Zhai et al. 2019). Per cell: Spearman's rho over models "
+                 "(95% bootstrap interval) of a robustness metric with a task group's mean transfer accuracy; the "
+                 f"partial rho has ID accuracy on <code>{esc(x)}</code> partialled out: a metric says more than ID "
+                 "accuracy where its interval excludes 0 (Djolonga et al. 2021: robustness tracks transfer to "
+                 "natural tasks, but adds little beyond ImageNet accuracy elsewhere).</p>")
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)  # a resample with a constant column: its rho is NaN
@@ -213,21 +222,23 @@ class TransferSection(Section):
                      ("Spearman ρ", ctx.anchor(self.key, "rho"),
                       ctx.plot(_heatmap(corr, "rho", "Spearman rho with group-mean transfer accuracy"))),
                      (f"partial ρ given {x} accuracy", ctx.anchor(self.key, "partial"),
-                      ctx.plot(_heatmap(corr, "partial_rho", f"Partial rho, ID accuracy ({x}) partialled out")))]),
-                 ctx.static_figure(_static(corr, title), out / "robustness-transfer")]
+                      ctx.plot(_heatmap(corr, "partial_rho", f"Partial rho, ID accuracy ({x}) partialled out")))])]
         table = corr.rows.assign(metric=corr.rows["metric"].map(_label))
-        parts.append(ctx.table(table, out / "robustness-transfer", "Spearman correlation of robustness metrics with "
-                               "mean transfer accuracy per task group", what="Correlations"))
         tasks = rows.drop_duplicates("task")[["task", "group"]]
         parts.append("<p>Tasks: " + "; ".join(f"<code>{esc(t.task)}</code> ({esc(t.group)})"
-                                               for t in tasks.itertuples()) + ". Mean transfer accuracy (%) per task "
-                     "group, by model (best first):</p>")
+                                               for t in tasks.itertuples()) + ".</p>")
         shown = means[means["n_tasks"] > 0].sort_values("mean", ascending=False).reset_index()
-        parts.append(f"<details><summary>Mean transfer accuracy of the {len(shown)} models</summary>"
-                     '<div class="sb-table-scroll">' + small_table(
+        parts.append(f"<details><summary>Mean transfer accuracy (%) per task group of the {len(shown)} models, best "
+                     "first</summary>"
+                     '<div class="sb-table-scroll sb-ten-rows">' + small_table(
                          shown, {c: ".1f" for c in shown.columns if c not in ("model", "n_tasks")} | {"n_tasks": "d"})
                      + "</div></details>")
-        parts.append(ctx.table(shown, out / "transfer-group-means", "Mean transfer accuracy (%) per task group"))
+        # every file of the section on one line: the figure, the correlations, the group means
+        parts.append(file_row(ctx.static_figure(_static(corr, title), out / "robustness-transfer"),
+                              ctx.table(table, out / "robustness-transfer", "Spearman correlation of robustness "
+                                        "metrics with mean transfer accuracy per task group", what="Correlations"),
+                              ctx.table(shown, out / "transfer-group-means",
+                                        "Mean transfer accuracy (%) per task group", what="Group means")))
         if corr.notes:
             parts.append(f'<p class="sb-note">{esc("; ".join(corr.notes))}.</p>')
         return [Rendered(self.title, anchor, section_html(anchor, self.title, "".join(parts), level=2))]

@@ -345,16 +345,18 @@ class OverviewSection(Section):
         t = tb.testbed
         types = t.model_types.value_counts()
         parts = [f"<p>{len(t)} models, {len(t.settings)} settings; model types: "
-                 + ", ".join(f"{esc(k)} {v}" for k, v in types.items()) + ".</p>",
-                 f'<p class="sb-note">Trends are fitted in {esc(ctx.scale)} space on the STANDARD models '
+                 + ", ".join(f"{esc(k)} {v}" for k, v in types.items()) + ". "
+                 f'<span class="sb-muted">Trends are fitted in {esc(ctx.scale)} space on the STANDARD models '
                  f"(Taori et al. 2020); bands are pointwise 95% bootstrap bands from {ctx.n_resamples} resamples; "
                  "error bars are 99.5% Clopper–Pearson intervals; effective robustness is in percentage points "
-                 "(pp).</p>"]
+                 "(pp).</span></p>"]
         fits = fits_table(tb.analyses)
         if len(fits):
-            parts.append(small_table(fits, {"slope": ".3f", "intercept": ".3f", "r2": ".3f", "n_models": "d",
-                                            "n_skipped": "d"}))
-            parts.append(ctx.table(fits, tb.dir / "fits", f"Trend fits on {t.name}", "Fits"))
+            # short headers (the CSV keeps its column names): the setting names wrap less
+            shown = fits.rename(columns={"r2": "r²", "n_models": "models", "n_skipped": "skipped"})
+            parts.append(compact(small_table(shown, {"slope": ".3f", "intercept": ".3f", "r²": ".3f",
+                                                     "models": "d", "skipped": "d"})))
+            parts.append(file_row(ctx.table(fits, tb.dir / "fits", f"Trend fits on {t.name}", "Fits")))
         if tb.missing:
             parts.append('<p class="sb-note">Not in this testbed: ' + "; ".join(
                 f"{esc(a.shift.label)} (no setting <code>{esc(_missing_setting(t, a))}</code>)"
@@ -403,10 +405,9 @@ class ShiftSections(Section):
             return [Rendered(a.shift.label, items[0][1],
                              section_html(items[0][1], title, items[0][2].split("</h4>", 1)[1]))]
         title = f"{self.title} ({n})"
-        note = (f'<p class="sb-note">{n} shifts, one scatter at a time: pick a shift below (the Overview has every '
-                "fit, and the All models table every model's accuracy and effective robustness on each shift side "
-                "by side).</p>")
-        body = note + choice_html("Shift", items)
+        # beside the selector, where "(n in all)" was: one line less
+        note = f"({n} in all; every fit is in the Overview, every model on every shift in All models)"
+        body = choice_html("Shift", items).replace(f"({n} in all)</span>", f"{note}</span>", 1)
         return [Rendered(title, anchor, section_html(anchor, title, body)), *entries]
 
     def _body(self, ctx: ReportContext, tb: TestbedReport, a: ShiftAnalysis) -> str:
@@ -437,18 +438,18 @@ class ShiftSections(Section):
                      + ".</p>")
         parts.append(ctx.plot(trend_figure(frame, x=shift.x, y=shift.y, title=f"{shift.label} ({t.name})",
                                            fit=a.fit, band=a.band, er=a.er, highlight=marked)))
-        if ctx.figure_formats:
-            fig = plot_trend(t, shift.x, shift.y, fit=a.fit, band=a.band, title=shift.label, highlight=marked)
-            parts.append(ctx.static_figure(fig, tb.dir / shift.slug))
         assert a.er is not None
         best = most_effectively_robust(a.er, self.top).reset_index()
         best = best[["model", "model_type", "x_acc", "y_acc", "effective_robustness", "er_low", "er_high"]]
-        parts.append(f"<h4>Most effectively robust (top {len(best)})</h4>")
-        parts.append(small_table(best.rename(columns={"effective_robustness": "ER (pp)", "er_low": "95% low",
-                                                      "er_high": "95% high", "x_acc": f"{shift.x} %",
-                                                      "y_acc": f"{shift.y} %"}),
-                                 {f"{shift.x} %": ".2f", f"{shift.y} %": ".2f", "ER (pp)": "+.2f",
-                                  "95% low": "+.2f", "95% high": "+.2f"}))
+        if ctx.figure_formats:
+            fig = plot_trend(t, shift.x, shift.y, fit=a.fit, band=a.band, title=shift.label, highlight=marked)
+            parts.append(file_row(ctx.static_figure(fig, tb.dir / shift.slug)))
+        parts.append(f'<h4 class="sb-tight">Most effectively robust (top {len(best)})</h4>')
+        parts.append(compact(small_table(best.rename(columns={"effective_robustness": "ER (pp)", "er_low": "95% low",
+                                                              "er_high": "95% high", "x_acc": f"{shift.x} %",
+                                                              "y_acc": f"{shift.y} %"}),
+                                         {f"{shift.x} %": ".2f", f"{shift.y} %": ".2f", "ER (pp)": "+.2f",
+                                          "95% low": "+.2f", "95% high": "+.2f"})))
         return "".join(parts)
 
 
@@ -552,46 +553,45 @@ class SyntheticSection(Section):
         overall = corr.iloc[0]
         r = float(overall["pearson_r"]) if np.isfinite(overall["pearson_r"]) else None
         n_settings = sum(len(v) for v in syn.attrs["settings"].values())
-        recipe_desc, recipe_paper = RECIPES["per-setting"]
-        parts = [f'<p class="sb-note">Recipe <code>per-setting</code>: {esc(recipe_desc)} ({esc(recipe_paper)}). '
-                 "Taori et al.'s own recipe (<code>taori2020</code>: one trend for the average accuracy over "
-                 "in-memory and on-disk ImageNet-C, Stylized ImageNet and greyscale) is "
-                 "<code>shiftbench synthetic-vs-natural --recipe taori2020</code>; docs/methods.md has both.</p>",
-                 f"<p>Synthetic effective robustness is the mean, over {n_settings} corruption settings "
-                 f"({len(syn.attrs['settings'])} corruptions × their severities), of each setting's effective "
-                 f"robustness against <code>{esc(x)}</code> (a trend fitted on the standard models per setting). "
-                 f"One point per model of every type but {esc(', '.join(STANDARD_LIKE))} ({len(frame)} models); "
-                 f"natural effective robustness is on {esc(label)}."
-                 + (f" Pearson r = {r:.2f} (p = {overall['pearson_p']:.2g})." if r is not None
-                    else f" No correlation: {esc(overall['note'])}.") + "</p>"]
+        _, recipe_paper = RECIPES["per-setting"]
+        # said once: what the left scatter and the right bars show, then the other recipe
+        parts = [f"<p>Recipe <code>per-setting</code> ({esc(recipe_paper)}): synthetic effective robustness is the "
+                 f"mean, over {n_settings} corruption settings ({len(syn.attrs['settings'])} corruptions × their "
+                 f"severities), of each setting's effective robustness against <code>{esc(x)}</code> (one "
+                 f"{esc(ctx.scale)} trend per setting, fitted on the standard models). Left: one point per model of "
+                 f"every type but {esc(', '.join(STANDARD_LIKE))} ({len(frame)} models) against its effective "
+                 f"robustness on {esc(label)}"
+                 + (f"; Pearson r = {r:.2f} (p = {overall['pearson_p']:.2g})." if r is not None
+                    else f"; no correlation: {esc(overall['note'])}.")
+                 + f" Right: per corruption (mean over its severities), Pearson r with {esc(label)}, over the same "
+                 "models.</p>",
+                 '<p class="sb-note">Taori et al.\'s own recipe: <code>shiftbench synthetic-vs-natural --recipe '
+                 "taori2020</code> (docs/methods.md has both).</p>"]
         left_out = syn.attrs.get("left_out") or []
         if left_out:
             parts.append(f'<details class="sb-note"><summary>Left out as gaps in the data ({len(left_out)} '
                          f'setting{"s" if len(left_out) > 1 else ""})</summary><p class="sb-note">A model has '
                          "every other severity of the corruption but not these, so averaging over them would drop "
                          "it: " + ", ".join(f"<code>{esc(s)}</code>" for s in left_out) + ".</p></details>")
-        title = f"Synthetic vs natural ({tb.testbed.name})"   # half a page wide, with "(Pearson r = ...)" added
-        parts.append(f'<p class="sb-note">Right: which corruptions predict natural robustness - Pearson r between '
-                     f"each corruption's effective robustness (mean over its severities) and effective robustness on "
-                     f"{esc(label)}, over the same models.</p>")
-        parts.append(pair_html(
-            ctx.plot(synthetic_figure(frame, natural_label=label, r=r, title=title), half=True),
-            ctx.plot(correlation_bars(corr, natural_label=label,
-                                      title=f"Per corruption: Pearson r with {label} ({tb.testbed.name})"), half=True)))
-        files = [ctx.static_figure(plot_synthetic_vs_natural(frame, natural_label=label, r=r,
-                                                             title="Synthetic vs natural effective robustness "
-                                                             "(recipe per-setting)"),
-                                   tb.dir / "synthetic_vs_natural"),
-                 ctx.static_figure(plot_corruption_correlation(corr, natural_label=label),
-                                   tb.dir / "corruption_correlation")]
+        title = "Synthetic vs natural"   # half a page wide, with "(Pearson r = ...)" added: short
         table = frame.reset_index().rename(columns={"natural_er": f"{label}_er"})
         table["recipe"] = "per-setting"
-        files.append(ctx.table(table, tb.dir / "synthetic_vs_natural",
-                               f"Synthetic and {label} effective robustness (pp) on {tb.testbed.name}"))
-        files.append(ctx.table(corr, tb.dir / "corruption_correlation",
-                               f"Correlation of per-corruption and {label} effective robustness on {tb.testbed.name}",
-                               "Per-corruption table"))
-        parts.extend(files)
+        # each figure's files and table under it, so the links take one line beside each other
+        left = [ctx.plot(synthetic_figure(frame, natural_label=label, r=r, title=title), half=True),
+                file_row(ctx.static_figure(plot_synthetic_vs_natural(frame, natural_label=label, r=r,
+                                                                     title="Synthetic vs natural effective robustness "
+                                                                     "(recipe per-setting)"),
+                                           tb.dir / "synthetic_vs_natural"),
+                         ctx.table(table, tb.dir / "synthetic_vs_natural",
+                                   f"Synthetic and {label} effective robustness (pp) on {tb.testbed.name}"))]
+        right = [ctx.plot(correlation_bars(corr, natural_label=label, title=f"Per corruption: Pearson r with {label}"),
+                          half=True),
+                 file_row(ctx.static_figure(plot_corruption_correlation(corr, natural_label=label),
+                                            tb.dir / "corruption_correlation"),
+                          ctx.table(corr, tb.dir / "corruption_correlation",
+                                    f"Correlation of per-corruption and {label} effective robustness on "
+                                    f"{tb.testbed.name}", "Per-corruption table"))]
+        parts.append(pair_html("".join(left), "".join(right)))
         anchor = ctx.anchor(tb.anchor, self.key)
         return [Rendered(self.title, anchor, section_html(anchor, self.title, "".join(parts)))]
 
@@ -691,17 +691,28 @@ class ModelTableSection(Section):
         table, cols = model_table(ctx, tb)
         data_id = ctx.anchor(tb.anchor, "models-data")
         n_er = sum(1 for c in cols if str(c["key"]).startswith("er_"))
-        body = (f'<p class="sb-note">Click a column to sort (again to reverse); type to filter by model name, type '
-                f"or architecture. Per shift: its accuracy (%) and ER, effective robustness in percentage points "
-                f"against the shift's trend ({n_er} ER columns). The table scrolls inside its box; the header and "
-                f"the model column stay in place.</p>"
-                f'<div class="sb-table" data-source="{esc(data_id)}"></div>'
+        files = ctx.table(table.reset_index(drop=True), tb.dir / "models",
+                          f"Models of {t.name}: metadata, accuracy (%) and effective robustness (pp)")
+        # the note and the table's files share a line above the table
+        body = (file_row(f'<p class="sb-note">Per shift: accuracy (%) and ER, effective robustness (pp) against its '
+                         f"trend ({n_er} ER columns). Click a column to sort.</p>", files)
+                # about ten rows tall: the rest scrolls inside the box, under a sticky header and model column
+                + f'<div class="sb-table sb-table-short" data-source="{esc(data_id)}"></div>'
                 f'<script type="application/json" id="{esc(data_id)}">'
                 f'{json_for_script({"columns": cols, "rows": table_rows(table, cols)})}</script>')
-        body += ctx.table(table.reset_index(drop=True), tb.dir / "models",
-                          f"Models of {t.name}: metadata, accuracy (%) and effective robustness (pp)")
         anchor = ctx.anchor(tb.anchor, self.key)
         return [Rendered(self.title, anchor, section_html(anchor, self.title, body))]
+
+
+def compact(html_text: str) -> str:
+    """A static table (:func:`small_table`) with smaller rows, so that it wraps and grows less."""
+    return f'<div class="sb-compact">{html_text}</div>'
+
+
+def file_row(*parts: str) -> str:
+    """Links to written files (:meth:`ReportContext.static_figure`, :meth:`ReportContext.table`) on one
+    line, each block beside the last (wrapping on a narrow page) rather than one paragraph each."""
+    return f'<div class="sb-filerow">{"".join(p for p in parts if p)}</div>'
 
 
 # ---------------------------------------------------------------------------- report sections
@@ -775,17 +786,18 @@ class CalibrationSection(Section):
         return len(calibration_rows(ctx.store_results)) > 0
 
     def render(self, ctx: ReportContext, tb: TestbedReport | None) -> list[Rendered]:
+        """The scatter (legend grouped by shift family), then every (model, setting) result in a
+        sortable, filterable table folded under a summary that gives its size."""
         rows = calibration_rows(ctx.store_results)
+        fig = group_legend(calibration_figure(rows, title="Expected calibration error against accuracy"))
+        grouped = any(t.legendgroup for t in fig.data)
         parts = [f"<p>{rows['model'].nunique()} models on {rows['setting'].nunique()} settings from the results "
                  "store. ECE: expected calibration error over 15 equal-width confidence bins, in percent; NLL: "
-                 "negative log-likelihood of the true class; Brier: multi-class Brier score.</p>"]
-        fig = group_legend(calibration_figure(rows, title="Expected calibration error against accuracy"))
-        if any(t.legendgroup for t in fig.data):
-            parts.append('<p class="sb-note">The settings of one shift family (a corruption at each severity) share '
-                         "a colour and one legend entry, darker at higher severity; click an entry to hide or show "
-                         "the family, hover a point for its setting.</p>")
+                 "negative log-likelihood of the true class; Brier: multi-class Brier score."
+                 + (' <span class="sb-note">The settings of one shift family (a corruption at each severity) share '
+                    "a colour and one legend entry, darker at higher severity; click an entry to hide or show the "
+                    "family, hover a point for its setting.</span>" if grouped else "") + "</p>"]
         parts.append(ctx.plot(fig))
-        parts.append(ctx.static_figure(plot_calibration(rows), ctx.out_dir / "calibration"))
         cols = [{"key": "model", "label": "model", "kind": "text"},
                 {"key": "setting", "label": "setting", "kind": "text", "filter": "select"},
                 {"key": "accuracy", "label": "accuracy %", "kind": "num", "digits": 2},
@@ -796,11 +808,16 @@ class CalibrationSection(Section):
                                        for v in (r.accuracy, r.ece, r.nll, r.brier))]
                 for r in rows.itertuples(index=False)]
         data_id = ctx.anchor("calibration-data")
-        parts.append(f'<div class="sb-table" data-source="{esc(data_id)}" data-noun="results" '
+        # folded: a table of every (model, setting) is thousands of rows; the scatter is the reading
+        parts.append(f'<details class="sb-fold"><summary>Every result: {len(rows):,} rows (model, setting, '
+                     "accuracy, ECE, NLL, Brier), sortable and filterable by model or setting</summary>"
+                     f'<div class="sb-table sb-table-short" data-source="{esc(data_id)}" data-noun="results" '
                      'data-placeholder="Filter by model or setting…"></div>'
                      f'<script type="application/json" id="{esc(data_id)}">'
-                     f'{json_for_script({"columns": cols, "rows": data})}</script>')
-        parts.append(ctx.table(rows, ctx.out_dir / "calibration", "Calibration of the models in the results store"))
+                     f'{json_for_script({"columns": cols, "rows": data})}</script></details>')
+        parts.append(file_row(ctx.static_figure(plot_calibration(rows), ctx.out_dir / "calibration"),
+                              ctx.table(rows, ctx.out_dir / "calibration",
+                                        "Calibration of the models in the results store")))
         anchor = ctx.anchor(self.key)
         return [Rendered(self.title, anchor, section_html(anchor, self.title, "".join(parts), level=2))]
 

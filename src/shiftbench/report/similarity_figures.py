@@ -98,9 +98,12 @@ def plot_similarity_matrices(sim: ModelSimilarity, *, max_models: int = MAX_MODE
 
 
 def similarity_heatmap(sim: ModelSimilarity, which: str = "dominance_probability", *,
-                       max_models: int = MAX_MODELS, title: str | None = None) -> go.Figure:
+                       max_models: int = MAX_MODELS, title: str | None = None,
+                       with_setting: bool = True) -> go.Figure:
     """One similarity matrix as an interactive heatmap, models sorted by accuracy (least accurate
-    first), labelled ``name (accuracy%)``; hover shows both models and the value."""
+    first), labelled ``name (accuracy%)``; hover shows both models and the value. The default
+    title names the setting unless ``with_setting=False`` (a short title for a half-page figure
+    under a heading that names it)."""
     shown = sim.subset(spread_models(sim, max_models))
     _, values, label, _, scale, (lo, hi) = _matrix(shown, which)
     n = len(shown.models)
@@ -117,11 +120,14 @@ def similarity_heatmap(sim: ModelSimilarity, which: str = "dominance_probability
         for kw in (dict(x0=-0.5, x1=n - 0.5, y0=n_base - 0.5, y1=n_base - 0.5),
                    dict(x0=n_base - 0.5, x1=n_base - 0.5, y0=-0.5, y1=n - 0.5)):
             fig.add_shape(type="line", xref="x", yref="y", line=dict(color="black", width=1.5), **kw)
+    # with names (up to 40 models) each row needs its 9 px label; without, a matrix about as tall as
+    # a half-page figure is wide keeps the cells square
+    height = 260 + 9 * n if n <= 40 else 410
     fig.update_layout(
-        template="none", font=FONT, height=min(760, 260 + 9 * n), paper_bgcolor="white", plot_bgcolor="white",
-        title=dict(text=plotly_text(title or f"{label} on {sim.setting}{more}"), x=0.012, xanchor="left",
-                   font=dict(size=14)),
-        margin=dict(l=20, r=20, t=60, b=20))
+        template="none", font=FONT, height=height, paper_bgcolor="white", plot_bgcolor="white",
+        title=dict(text=plotly_text(title or (f"{label} on {sim.setting}" if with_setting else label) + more),
+                   x=0.012, xanchor="left", font=dict(size=14)),
+        margin=dict(l=20, r=20, t=44, b=16))
     ticks = dict(showticklabels=n <= 40, tickfont=dict(size=9), automargin=True, showgrid=False)
     axis_title = ("models, least to most accurate" if n_base in (0, n) else
                   f"{n_base} models | {n - n_base} variants (name@…), by accuracy")

@@ -14,6 +14,7 @@ Checkpoints stored in the testbed itself (``<name>@step<k>``) are not drawn as m
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 import matplotlib
@@ -175,10 +176,13 @@ def trajectory_figure(
     er: pd.DataFrame | None = None,
     scale: str = "logit",
     title: str | None = None,
+    legend_below: bool = False,
 ) -> go.Figure:
     """Interactive twin of :func:`plot_trajectory`: the testbed's scatter and trend
     (:func:`~shiftbench.report.interactive.trend_figure`) with one ``lines+markers`` trace per
-    trajectory (arrow markers pointing along the steps), a ring at its start and a star at its end."""
+    trajectory (arrow markers pointing along the steps), a ring at its start and a star at its end.
+    ``legend_below``: the legend in rows under the plot (:func:`legend_below`), for a figure half
+    the page wide, where a legend beside the plot would squeeze it."""
     trajs = _check(trajectories)
     frame, _ = _models(testbed).paired(x, y)
     scale = fit.scale if fit is not None else scale
@@ -213,12 +217,66 @@ def trajectory_figure(
     for update, lo, hi in ((fig.update_xaxes, x_lo, x_hi), (fig.update_yaxes, y_lo, y_hi)):
         ticks = _ticks(float(inverse(lo, scale)), float(inverse(hi, scale)), scale)
         update(range=[lo, hi], tickvals=_round(transform(ticks, scale), 4), ticktext=[_fmt(t) for t in ticks])
+    if legend_below:
+        # the y axis' title (a setting's name in words) runs the plot's height: a little smaller, clear of the title
+        legend_below_plot(fig, plot_height=370)
+        fig.update_yaxes(title_font=dict(size=11))
+    return fig
+
+
+#: A legend under a half-page figure: its width (px) in two columns, and a line's height.
+BELOW_WIDTH, BELOW_LINE = 500, 15
+_CHAR, _SYMBOL = 0.55 * 11, 40       # estimated width of a character of the legend's font, and of the symbol
+
+
+def _wrap(text: str, chars: int) -> list[str]:
+    """``text`` in lines of at most ``chars`` characters, broken at spaces (a longer word is cut)."""
+    lines: list[str] = []
+    for word in text.split(" "):
+        if lines and len(lines[-1]) + 1 + len(word) <= chars:
+            lines[-1] += " " + word
+            continue
+        while len(word) > chars:
+            lines.append(word[:chars])
+            word = word[chars:]
+        lines.append(word)
+    return lines or [""]
+
+
+def legend_below_plot(fig: go.Figure, width: int = BELOW_WIDTH, plot_height: int = 340) -> go.Figure:
+    """Move the legend under the plot for a figure ``width`` pixels wide (half the page): entries
+    in two columns, each half the plot's width (a name too long for its column wraps onto more
+    lines, at spaces), at the figure's bottom; the bottom margin and the height grow by the
+    legend's estimated rows, so that the plot area keeps ``plot_height`` pixels. Changed in place
+    and returned."""
+    margin = fig.layout.margin
+    column = (width - (margin.l if margin.l is not None else 70) - (margin.r if margin.r is not None else 20)) // 2
+    chars = int((column - _SYMBOL) / _CHAR)
+    shown = [t for t in fig.data if t.showlegend is not False and t.name]
+    shown.sort(key=lambda t: t.legendrank if t.legendrank is not None else 1000)   # plotly's order
+    heights = []
+    for trace in shown:
+        name = str(trace.name)
+        if len(name) > chars and "&" not in name:     # an entity-escaped name is left whole
+            trace.name = "<br>".join(_wrap(name, chars))
+        heights.append(str(trace.name).count("<br>") + 1)
+    rows = [max(heights[i:i + 2]) for i in range(0, len(heights), 2)]
+    legend_px = int(sum(rows) * BELOW_LINE + 4 * len(rows) + 14)
+    top = int(margin.t if margin.t is not None else 70)
+    bottom = 60 + legend_px
+    # two columns: each entry half the legend's width (plotly: a fraction of the plot's width)
+    fig.update_layout(legend=dict(orientation="h", x=0, xanchor="left", y=0, yref="container", yanchor="bottom",
+                                  entrywidth=0.5, entrywidthmode="fraction", font=dict(size=11), valign="top"),
+                      showlegend=bool(shown),       # plotly hides a one-entry legend: its room is kept for it
+                      margin=dict(b=bottom), height=top + plot_height + bottom)
     return fig
 
 
 def trajectory_er_figure(trajectories: Trajectories, *, by: str = "epoch", log_x: bool = True,
-                         title: str = "Effective robustness during fine-tuning") -> go.Figure:
-    """Interactive twin of :func:`plot_trajectory_er` (one trace per trajectory)."""
+                         title: str = "Effective robustness during fine-tuning",
+                         legend_below: bool = False) -> go.Figure:
+    """Interactive twin of :func:`plot_trajectory_er` (one trace per trajectory); ``legend_below``:
+    the legend in rows under the plot (:func:`legend_below_plot`), as beside a trajectory figure."""
     trajs = _check(trajectories, need_er=True)
     fig = go.Figure()
     fig.add_hline(y=0, line=dict(color="black", width=1))
@@ -240,6 +298,8 @@ def trajectory_er_figure(trajectories: Trajectories, *, by: str = "epoch", log_x
         fig.update_xaxes(type="log", tickvals=[round(float(v + shift), 6) for v in ticks],
                          ticktext=[f"{v:g}" for v in ticks])
     fig.update_layout(legend=dict(x=0.99, xanchor="right", y=0.99, yanchor="top"))
+    if legend_below:
+        legend_below_plot(fig)
     return fig
 
 
