@@ -181,3 +181,35 @@ def test_a_rebuilt_report_draws_nothing_again_and_is_the_same_page(tmp_path: Pat
 def test_without_the_cache_nothing_is_kept(tmp_path: Path):
     write_html_report([tiny_testbed()], tmp_path / "report", n_resamples=50, figure_formats=(".png",), cache=False)
     assert not (tmp_path / "report" / CACHE_DIR).exists()
+
+
+def test_a_figure_keyed_by_its_inputs_is_not_even_built_while_they_are_unchanged(tmp_path: Path):
+    from shiftbench.report.figures import plot_trend_inputs
+
+    tb, builds = tiny_testbed(), []
+    y = tb.settings[1]
+
+    def build(title: str = "t"):
+        builds.append(title)
+        return plot_trend(tb, "val", y, title=title)
+
+    w = FigureWriter(0, cache=tmp_path / CACHE_DIR)
+    paths = w.save_lazily(build, tmp_path / "trend", inputs=plot_trend_inputs(tb, "val", y, title="t"))
+    assert all(p.exists() for p in paths) and builds == ["t"]
+    w.save_lazily(build, tmp_path / "trend", inputs=plot_trend_inputs(tb, "val", y, title="t"))
+    assert builds == ["t"] and w.skipped == 3
+    w.save_lazily(lambda: build("u"), tmp_path / "trend", inputs=plot_trend_inputs(tb, "val", y, title="u"))
+    assert builds == ["t", "u"] and w.written == 6
+
+
+def test_the_html_report_does_not_redraw_the_summarys_trend_pngs(tmp_path: Path):
+    from shiftbench.report import write_report
+
+    out = tmp_path / "report"
+    write_report([tiny_testbed()], out, n_resamples=50)
+    pngs = sorted((out / "tiny").glob("*.png"))
+    assert pngs
+    stamps = {p: p.stat().st_mtime_ns for p in pngs}
+    write_html_report([tiny_testbed()], out, n_resamples=50)
+    assert {p: p.stat().st_mtime_ns for p in pngs} == stamps
+    assert all(p.with_suffix(".svg").exists() and p.with_suffix(".pdf").exists() for p in pngs)

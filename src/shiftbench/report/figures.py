@@ -473,21 +473,95 @@ def save_figure(fig: Figure, path: str | Path) -> Path:
     return path
 
 
+def _tight_boxes(fig: Figure, exts: list[str]):  # noqa: ANN202 - dict[str, Bbox] | None
+    """The padded tight box (inches) that ``fig.savefig(f"x{ext}", bbox_inches="tight")`` would
+    crop to, for each extension in ``exts``, from one layout draw instead of one per format; None
+    where the boxes cannot be shared (then save each format with ``bbox_inches="tight"``).
+
+    This is the "tight" branch of matplotlib's ``print_figure`` (``Figure.savefig`` ->
+    ``FigureCanvasBase.print_figure``, matplotlib 3.8-3.11) run once: a draw with drawing
+    disabled on the renderer of the first format (PNG's when asked for), then
+    ``Figure.get_tightbbox`` with *each format's* renderer, padded by :rc:`savefig.pad_inches`.
+    Each format keeps its own box because the vector renderers measure text at 72 dpi without
+    hinting: on the trend figure their box is ~4 pt narrower than Agg's. The renderers come from
+    ``backend_bases._get_renderer`` (what ``print_figure`` and ``Figure.draw_without_rendering``
+    use: it starts the format's print method and stops at its draw). A figure with a real layout
+    engine is laid out again by each save with that format's renderer, so it keeps the per-format
+    path; the placeholder that ``Figure.tight_layout`` leaves behind lays nothing out.
+    """
+    from matplotlib.layout_engine import PlaceHolderLayoutEngine  # deferred: with matplotlib
+
+    engine = fig.get_layout_engine()
+    if engine is not None and not isinstance(engine, PlaceHolderLayoutEngine):
+        return None
+    dpi = matplotlib.rcParams["savefig.dpi"]
+    if dpi == "figure":
+        dpi = getattr(fig, "_original_dpi", fig.dpi)
+    pad = matplotlib.rcParams["savefig.pad_inches"]
+    order = sorted(dict.fromkeys(exts), key=lambda e: e != ".png")   # PNG's renderer draws
+    boxes, before = {}, fig.dpi
+    try:
+        from matplotlib.backend_bases import _get_renderer  # deferred: private, may move
+
+        for i, ext in enumerate(order):
+            if fig.dpi != dpi:          # savefig's dpi; a vector format's renderer set 72
+                fig.dpi = dpi
+            with fig.canvas._switch_canvas_and_return_print_method(ext[1:]) as print_method:
+                renderer = _get_renderer(fig, print_method)      # a vector format sets 72 dpi
+                if i == 0:
+                    with renderer._draw_disabled():
+                        fig.draw(renderer)
+                boxes[ext] = fig.get_tightbbox(renderer).padded(pad)
+    except Exception:  # noqa: BLE001 - matplotlib's private API moved: savefig finds each box
+        return None
+    finally:
+        if fig.dpi != before:
+            fig.dpi = before
+    return boxes
+
+
 def save_figure_formats(fig: Figure, stem: str | Path, formats: Iterable[str] = FORMATS) -> list[Path]:
-    """Save ``fig`` once per format (``stem.png``, ``stem.svg``, ``stem.pdf``) and close it."""
+    """Save ``fig`` once per format (``stem.png``, ``stem.svg``, ``stem.pdf``) and close it.
+
+    Each file is what ``fig.savefig(path, bbox_inches="tight")`` writes, but the tight boxes come
+    from one layout draw (:func:`_tight_boxes`) and each file is then drawn once with its box:
+    three formats draw the figure four times, not six.
+    """
     stem = Path(stem)
     formats = list(formats)
     bad = [f for f in formats if f.lower() not in FORMATS]
     if bad:
         raise ConfigError(f"unknown figure format {bad[0]!r}; use .png, .svg or .pdf")
+    formats = [f.lower() for f in formats]
     stem.parent.mkdir(parents=True, exist_ok=True)
+    boxes = _tight_boxes(fig, formats) if len(formats) > 1 else None
+    engine = fig.get_layout_engine()
+    if boxes is not None and engine is not None:
+        # tight_layout()'s placeholder: savefig would still draw before each file for it
+        fig.set_layout_engine(None)
+        if fig.get_layout_engine() is not None:   # rcParams asked for a layout engine
+            fig.set_layout_engine(engine)
+            boxes = None
     paths = []
-    for ext in formats:
-        path = stem.with_name(stem.name + ext.lower())
-        fig.savefig(path, bbox_inches="tight")
-        paths.append(path)
+    try:
+        for ext in formats:
+            path = stem.with_name(stem.name + ext)
+            fig.savefig(path, bbox_inches=boxes[ext] if boxes is not None else "tight")
+            paths.append(path)
+    finally:
+        if fig.get_layout_engine() is not engine:
+            fig.set_layout_engine(engine)
     plt.close(fig)
     return paths
+
+
+def plot_trend_inputs(testbed: Testbed, x: str, y: str, **kwargs: object) -> tuple:
+    """Everything ``plot_trend(testbed, x, y, **kwargs)`` draws from: the two settings'
+    accuracies and example counts, the models' metadata, and the keyword arguments (fit, band,
+    title, highlight, ...) - the key of :meth:`FigureWriter.save_lazily` for a trend figure."""
+    cols = [x, y]
+    return (testbed.accuracies.reindex(columns=cols), testbed.sizes.reindex(columns=cols), testbed.metadata,
+            sorted(kwargs.items()), accuracy_interval)
 
 
 def stable_pickle(fig: Figure) -> tuple[bytes, bool]:
@@ -574,29 +648,63 @@ class FigureWriter:
         self._pool = None
         self._pending: list = []
 
-    def save(self, fig: Figure, stem: str | Path, formats: Iterable[str] = FORMATS) -> list[Path]:
+    def _paths(self, stem: str | Path, formats: Iterable[str]) -> tuple[Path, list[str], list[Path]]:
         stem, formats = Path(stem), [f.lower() for f in formats]
         bad = [f for f in formats if f not in FORMATS]
         if bad:
             raise ConfigError(f"unknown figure format {bad[0]!r}; use .png, .svg or .pdf")
-        paths = [stem.with_name(stem.name + ext) for ext in formats]
+        return stem, formats, [stem.with_name(stem.name + ext) for ext in formats]
+
+    def save(self, fig: Figure, stem: str | Path, formats: Iterable[str] = FORMATS) -> list[Path]:
+        """Save ``fig`` as ``stem.<format>`` for each format (in the background); returns the paths."""
+        stem, formats, paths = self._paths(stem, formats)
         try:
             blob, differs = stable_pickle(fig)
         except Exception:  # noqa: BLE001 - an unpicklable artist: save it here instead
             blob, differs = None, False
-        key, todo = None, formats
-        if blob is not None and self.cache is not None:
-            key = content_hash(blob, matplotlib.__version__, save_figure_formats)
-            todo = [ext for ext, p in zip(formats, paths) if not figure_is_current(self.cache, key, p)]
-            self.skipped += len(formats) - len(todo)
+        key = (content_hash(blob, matplotlib.__version__, save_figure_formats)
+               if blob is not None and self.cache is not None else None)
+        # the stable bytes may not draw exactly this figure (see stable_pickle): then send it as it is
+        return self._write(fig, stem, formats, paths, key, None if differs else blob)
+
+    def save_lazily(self, build: Callable[[], Figure], stem: str | Path, formats: Iterable[str] = FORMATS,
+                    inputs: tuple = ()) -> list[Path]:
+        """``save(build(), stem, formats)``, keyed instead by ``inputs`` - everything the figure is
+        drawn from (tables, fits, titles; :func:`plot_trend_inputs`) - and the source of this
+        module: when every file is current under that key, the figure is not even built. Inputs
+        that :func:`~shiftbench.report.cache.content_hash` cannot hash fall back to :meth:`save`."""
+        stem, formats, paths = self._paths(stem, formats)
+        key = None
+        if self.cache is not None:
+            try:
+                key = content_hash("figure inputs", inputs, sys.modules[__name__], matplotlib.__version__)
+            except TypeError:
+                key = None
+            if key is not None and all(figure_is_current(self.cache, key, p) for p in paths):
+                self.skipped += len(paths)
+                return paths
+        fig = build()
+        if key is None:
+            return self.save(fig, stem, formats)
+        return self._write(fig, stem, formats, paths, key, None)
+
+    def _write(self, fig: Figure, stem: Path, formats: list[str], paths: list[Path], key: str | None,
+               blob: bytes | None) -> list[Path]:
+        """Draw the formats whose file is not current under ``key`` (every one without a key)."""
+        todo = formats if key is None or self.cache is None else [
+            ext for ext, p in zip(formats, paths) if not figure_is_current(self.cache, key, p)]
+        self.skipped += len(formats) - len(todo)
         if not todo:
             plt.close(fig)
             return paths
-        if differs:      # the stable bytes may not draw exactly this figure: send it as it is
+        self.written += len(todo)
+        if blob is None and self.workers >= 1:
             import pickle  # deferred: only when figures are written in the background
 
-            blob = pickle.dumps(fig, protocol=pickle.HIGHEST_PROTOCOL)
-        self.written += len(todo)
+            try:
+                blob = pickle.dumps(fig, protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception:  # noqa: BLE001 - an unpicklable artist: save it here instead
+                blob = None
         if self.workers < 1 or blob is None:
             for p in save_figure_formats(fig, stem, todo):
                 if key is not None and self.cache is not None:

@@ -50,6 +50,7 @@ from shiftbench.report.figures import (
     plot_corruption_correlation,
     plot_synthetic_vs_natural,
     plot_trend,
+    plot_trend_inputs,
 )
 from shiftbench.report.interactive import (
     EXTRA_COLOURS,
@@ -193,6 +194,14 @@ class ReportContext:
             plt.close(fig)
             return ""
         paths = self.figures.save(fig, stem, self.figure_formats)
+        return f'<p class="sb-files">Figure: {" · ".join(self.link(p) for p in paths)}</p>'
+
+    def static_figure_lazily(self, build: Callable[[], object], stem: Path, inputs: tuple) -> str:
+        """:meth:`static_figure` of ``build()``, built only when a file is not current under
+        ``inputs`` (:meth:`~shiftbench.report.figures.FigureWriter.save_lazily`)."""
+        if not self.figure_formats:
+            return ""
+        paths = self.figures.save_lazily(build, stem, self.figure_formats, inputs)
         return f'<p class="sb-files">Figure: {" · ".join(self.link(p) for p in paths)}</p>'
 
     def table(self, frame: pd.DataFrame, stem: Path, caption: str, what: str = "Table") -> str:
@@ -442,8 +451,10 @@ class ShiftSections(Section):
         best = most_effectively_robust(a.er, self.top).reset_index()
         best = best[["model", "model_type", "x_acc", "y_acc", "effective_robustness", "er_low", "er_high"]]
         if ctx.figure_formats:
-            fig = plot_trend(t, shift.x, shift.y, fit=a.fit, band=a.band, title=shift.label, highlight=marked)
-            parts.append(file_row(ctx.static_figure(fig, tb.dir / shift.slug)))
+            kw = dict(fit=a.fit, band=a.band, title=shift.label, highlight=marked)
+            parts.append(file_row(ctx.static_figure_lazily(lambda: plot_trend(t, shift.x, shift.y, **kw),
+                                                           tb.dir / shift.slug,
+                                                           plot_trend_inputs(t, shift.x, shift.y, **kw))))
         parts.append(f'<h4 class="sb-tight">Most effectively robust (top {len(best)})</h4>')
         parts.append(compact(small_table(best.rename(columns={"effective_robustness": "ER (pp)", "er_low": "95% low",
                                                               "er_high": "95% high", "x_acc": f"{shift.x} %",

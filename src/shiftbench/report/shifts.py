@@ -29,7 +29,7 @@ from shiftbench.analysis.robustness import VERDICT_RULE, trend_verdicts
 from shiftbench.analysis.trend import DEFAULT_FIT_ON
 from shiftbench.errors import ConfigError, ShiftbenchError, did_you_mean
 from shiftbench.report.cache import CACHE_DIR
-from shiftbench.report.figures import FigureWriter, plot_trend
+from shiftbench.report.figures import FigureWriter, plot_trend, plot_trend_inputs
 from shiftbench.report.tables import placement_table
 from shiftbench.testbed import Testbed
 
@@ -115,9 +115,11 @@ def write_testbed_report(
                 on_step(f"{testbed.name}: {shift.label}")
             res = analyse_shift(testbed, shift, scale=scale, n_resamples=n_resamples, seed=seed)
             if res.fit is not None:
-                fig = plot_trend(testbed, shift.x, shift.y, fit=res.fit, band=res.band, title=shift.label,
-                                 highlight=[m for m in highlight if m in testbed.models])
-                res.figures.extend(writer.save(fig, out / shift.slug, [".png"]))
+                kw = dict(fit=res.fit, band=res.band, title=shift.label,
+                          highlight=[m for m in highlight if m in testbed.models])
+                res.figures.extend(writer.save_lazily(lambda: plot_trend(testbed, shift.x, shift.y, **kw),
+                                                      out / shift.slug, [".png"],
+                                                      plot_trend_inputs(testbed, shift.x, shift.y, **kw)))
             results.append(res)
     finally:
         if figures is None:
