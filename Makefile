@@ -48,13 +48,17 @@ test: $(STAMP) demo-data
 	$(BIN)/python -m pytest -q
 
 # side-by-side benchmarks (each prints its ratios; corruptions ~6 min, fidelity ~18 min,
-# multimodel ~8 min, demo ~5 min: a fresh and a cached `shiftbench demo` in a temporary workspace)
+# multimodel ~8 min, demo ~5 min: a fresh and a cached `shiftbench demo` in a temporary workspace;
+# report ~2 min: the demo's HTML report cold, rebuilt and uncached, and its page height)
 bench: $(STAMP) demo-data
 	$(BIN)/python bench/bootstrap.py
 	$(BIN)/python bench/trend_routines.py
 	$(BIN)/python bench/engine.py
 	$(BIN)/python bench/multimodel.py
 	$(BIN)/python bench/demo.py
+	test -d $(WORKSPACE)/store || $(MAKE) demo
+	$(BIN)/python bench/report.py --workspace $(WORKSPACE)
+	$(BIN)/python bench/figure_formats.py
 	$(BIN)/python bench/similarity.py
 	$(BIN)/python bench/corruptions.py --repeat 3 --cpu
 	$(BIN)/python bench/corruptions_fidelity.py --images 60 --floor
