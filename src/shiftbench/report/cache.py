@@ -112,8 +112,6 @@ class ReportCache:
     def __init__(self, root: str | Path | None) -> None:
         self.root = Path(root) if root is not None else None
         self.used: set[str] = set()
-        self.hits = 0
-        self.misses = 0
 
     def _path(self, name: str, key: str) -> Path:
         assert self.root is not None
@@ -130,13 +128,10 @@ class ReportCache:
         if path.exists():
             try:
                 with open(path, "rb") as fh:
-                    value = pickle.load(fh)  # noqa: S301 - written by this class into the user's own report folder
-                self.hits += 1
-                return value
+                    return pickle.load(fh)  # noqa: S301 - written by this class into the user's own report folder
             except Exception:  # noqa: BLE001 - a damaged or foreign entry is recomputed, never trusted
                 path.unlink(missing_ok=True)
         value = compute()
-        self.misses += 1
         try:
             data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception:  # noqa: BLE001 - an unpicklable result is simply not kept

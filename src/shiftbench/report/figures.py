@@ -691,7 +691,7 @@ class FigureWriter:
     def _write(self, fig: Figure, stem: Path, formats: list[str], paths: list[Path], key: str | None,
                blob: bytes | None) -> list[Path]:
         """Draw the formats whose file is not current under ``key`` (every one without a key)."""
-        todo = formats if key is None or self.cache is None else [
+        todo = formats if key is None else [
             ext for ext, p in zip(formats, paths) if not figure_is_current(self.cache, key, p)]
         self.skipped += len(formats) - len(todo)
         if not todo:

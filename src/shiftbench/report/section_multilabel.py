@@ -30,6 +30,7 @@ from shiftbench.report.sections import (
     file_row,
     register_section,
     section_html,
+    side_html,
     small_table,
     stored_studies,
 )
@@ -146,12 +147,8 @@ class MultiLabelSection(Section):
                      + compact(small_table(fits, {c: ".3f" if c in ("slope", "intercept", "r²", "r") else ".2f"
                                                   for c in ("slope", "intercept", "r²", "r", "mean drop")
                                                   if c in fits})))
-        # the figure and the fits side by side: the table needs its width, the figure takes the rest
-        # (the table comes first in the page, so that plotly draws the figure at its final width)
         return "".join([
-            f'<div class="sb-side"><div class="sb-side-table">{fit_table}</div>'
-            f'<div class="sb-side-main">{ctx.plot(_interactive(table, trends, title, ctx.scale), half=True)}</div>'
-            "</div>",
+            side_html(fit_table, ctx.plot(_interactive(table, trends, title, ctx.scale), half=True)),
             f"<details><summary>mAP (%) in the paper's form: IID, each OOD set, the OOD average ({len(paper)} "
             "models)</summary>",
             '<div class="sb-table-scroll sb-ten-rows" style="white-space: nowrap">'

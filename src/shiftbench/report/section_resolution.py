@@ -26,6 +26,7 @@ from shiftbench.report.sections import (
     file_row,
     register_section,
     section_html,
+    side_html,
     slug,
     small_table,
 )
@@ -166,11 +167,7 @@ class ResolutionSection(Section):
                                   f"{esc(_short(f['error'].iloc[0]))}</li>" for model, f in by_model)
                         + "</ul></details>")
         if sub["accuracy"].notna().any():
-            # the curves and the table side by side: the table needs its width, the figure takes the rest
-            # (the table comes first in the page, so that plotly draws the figure at its final width)
-            parts.append(f'<div class="sb-side"><div class="sb-side-table">{"".join(side)}</div>'
-                         f'<div class="sb-side-main">{ctx.plot(resolution_figure(sub, title=title), half=True)}</div>'
-                         "</div>")
+            parts.append(side_html("".join(side), ctx.plot(resolution_figure(sub, title=title), half=True)))
             stem = ctx.out_dir / "resolution" / slug(setting)
             files.append(ctx.static_figure(plot_resolution(sub, title=title), stem))
         else:

@@ -299,6 +299,14 @@ def pair_html(left: str, right: str) -> str:
     return f'<div class="sb-pair"><div>{left}</div><div>{right}</div></div>'
 
 
+def side_html(table: str, figure: str) -> str:
+    """A figure with a table on its right: the table takes the width it needs, the figure the
+    rest. The table comes first in the page (CSS places it on the right), so that plotly draws
+    the figure at its final width rather than the page's."""
+    return (f'<div class="sb-side"><div class="sb-side-table">{table}</div>'
+            f'<div class="sb-side-main">{figure}</div></div>')
+
+
 # ---------------------------------------------------------------------------- front sections
 @register_section
 class YourModelsSection(Section):
