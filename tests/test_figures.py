@@ -113,7 +113,7 @@ def test_every_model_with_both_accuracies_is_drawn_inside_the_axes(tb: tbmod.Tes
     assert len(xs) == len(frame) == len(tb) - 1 and skipped == 1
     (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
     assert ((xs >= x0) & (xs <= x1)).all() and ((ys >= y0) & (ys <= y1)).all()
-    assert "1 without both accuracies" in ax.get_title()
+    assert "1 without both accuracies" in ax.get_title(loc="left")
 
 
 def test_a_model_at_zero_percent_is_still_visible_in_the_all_models_view() -> None:
@@ -204,7 +204,7 @@ def test_fit_on_selects_the_fitted_models(tb: tbmod.Testbed) -> None:
 def test_highlight_labels_the_model_and_title(tb: tbmod.Testbed) -> None:
     ax = plot_trend(tb, "val", "v2", n_resamples=0, highlight=["more-1"], title="My shift").axes[0]
     assert [t.get_text() for t in ax.texts] == ["more-1"]
-    assert ax.get_title().startswith("My shift") and "tiny" in ax.get_title()
+    assert ax.get_title(loc="left").startswith("My shift") and "tiny" in ax.get_title(loc="left")
 
 
 def test_draws_into_a_given_axes(tb: tbmod.Testbed) -> None:

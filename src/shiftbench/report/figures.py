@@ -22,6 +22,7 @@ Readability rules shared with the interactive twin (:mod:`.interactive`):
 from __future__ import annotations
 
 import sys
+import textwrap
 
 from collections.abc import Callable, Iterable
 from functools import lru_cache
@@ -271,8 +272,9 @@ def plot_trend(
     zoomed = view != full
     if ax is None:
         fig = plt.figure(figsize=(9.2, 5.8), dpi=120)
-        ax = fig.add_axes((0.08, 0.095, 0.56, 0.79))
-        overview = fig.add_axes((0.745, 0.095, 0.225, 0.30)) if zoomed else None
+        # room on the left and at the bottom for axis titles wrapped onto two lines
+        ax = fig.add_axes((0.09, 0.115, 0.55, 0.77))
+        overview = fig.add_axes((0.745, 0.115, 0.225, 0.30)) if zoomed else None
         made_here = True
     else:
         fig, overview, made_here = ax.figure, None, False
@@ -283,7 +285,7 @@ def plot_trend(
     # y = x and the trend with its band, across every model (the overview shows all of them)
     grid = np.linspace(full.x_lo, full.x_hi, 300)
     diag, = ax.plot(grid, grid, ls="--", color="0.45", lw=1, label="y = x", zorder=1)
-    label = f"{fit.kind.capitalize()} fit ({fit.n_models} models, slope {fit.slope:.2f}, $r^2$ {fit.r2:.3f})"
+    label = f"{fit.kind.capitalize()} fit ({fit.n_models} models, slope {fit.slope:.2f}, r² {fit.r2:.3f})"
     trend, = ax.plot(grid, fit.predict_scaled(grid), color="black", lw=1.6, label=label, zorder=3)
     handles = [diag, trend]
     if band is not None:
@@ -333,13 +335,16 @@ def plot_trend(
                              linewidths=0.5, zorder=6)
 
     _set_view(ax, view, scale)
-    ax.set_xlabel(axis_title(x, scale))
-    ax.set_ylabel(axis_title(y, scale))
+    # long setting descriptions wrap inside the axes' width and height instead of running off the figure
+    ax.set_xlabel(textwrap.fill(axis_title(x, scale), 64))
+    ax.set_ylabel(textwrap.fill(axis_title(y, scale), 56))
     ax.grid(True, color="0.9", lw=0.6)
     subtitle = f"{len(frame)} models" + (f", {skipped} without both accuracies" if skipped else "")
     if zoomed:
         subtitle += f" ({int((~inside).sum())} below the fitted range: small panel)"
-    ax.set_title((title or f"{y} vs {x}") + f"\n{testbed.name}: {subtitle}", fontsize=10)
+    # from the axes' left edge: a title wider than the axes runs right, over the legend's column,
+    # not off the figure's left edge
+    ax.set_title((title or f"{y} vs {x}") + f"\n{testbed.name}: {subtitle}", fontsize=10, loc="left")
     legend = ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0,
                        fontsize=7, framealpha=0.9)
     if overview is not None:
@@ -473,7 +478,7 @@ def save_figure(fig: Figure, path: str | Path) -> Path:
     return path
 
 
-def _tight_boxes(fig: Figure, exts: list[str]):  # noqa: ANN202 - dict[str, Bbox] | None
+def _tight_boxes(fig: Figure, exts: list[str], png: Path | None = None):  # noqa: ANN202 - dict[str, Bbox] | None
     """The padded tight box (inches) that ``fig.savefig(f"x{ext}", bbox_inches="tight")`` would
     crop to, for each extension in ``exts``, from one layout draw instead of one per format; None
     where the boxes cannot be shared (then save each format with ``bbox_inches="tight"``).
@@ -488,6 +493,11 @@ def _tight_boxes(fig: Figure, exts: list[str]):  # noqa: ANN202 - dict[str, Bbox
     use: it starts the format's print method and stops at its draw). A figure with a real layout
     engine is laid out again by each save with that format's renderer, so it keeps the per-format
     path; the placeholder that ``Figure.tight_layout`` leaves behind lays nothing out.
+
+    With ``png`` (a path; ``.png`` among ``exts``) the first pass is a real Agg draw of the whole
+    canvas, and when the tight box lies inside it the PNG is cut from that draw (:func:`_crop_png`)
+    and written to ``png``: its box in the result is then the pixel-snapped one, under the key
+    ``"written"`` as well. Three formats then draw the figure three times instead of four.
     """
     from matplotlib.layout_engine import PlaceHolderLayoutEngine  # deferred: with matplotlib
 
@@ -508,6 +518,14 @@ def _tight_boxes(fig: Figure, exts: list[str]):  # noqa: ANN202 - dict[str, Bbox
                 fig.dpi = dpi
             with fig.canvas._switch_canvas_and_return_print_method(ext[1:]) as print_method:
                 renderer = _get_renderer(fig, print_method)      # a vector format sets 72 dpi
+                if i == 0 and png is not None and ext == ".png":
+                    fig.draw(renderer)                             # a real draw: the PNG may be cut from it
+                    content = fig.get_tightbbox(renderer)
+                    boxes[ext] = content.padded(pad)
+                    snapped = _crop_png(fig, renderer, content, boxes[ext], dpi, png)
+                    if snapped is not None:
+                        boxes[ext] = boxes["written"] = snapped
+                    continue
                 if i == 0:
                     with renderer._draw_disabled():
                         fig.draw(renderer)
@@ -520,12 +538,56 @@ def _tight_boxes(fig: Figure, exts: list[str]):  # noqa: ANN202 - dict[str, Bbox
     return boxes
 
 
+def _crop_png(fig: Figure, renderer, content, box, dpi: float, path: Path):  # noqa: ANN001, ANN202 - Bbox | None
+    """Write the part of ``renderer``'s finished Agg draw of ``fig`` under ``box`` (the padded
+    tight box, inches) to ``path`` as ``print_png`` writes a PNG (:func:`matplotlib.image.imsave`
+    at ``dpi``), the box widened outwards to whole pixels; returns that box, or None (nothing
+    written) where the ``content`` (the unpadded tight box) leaves the canvas, the canvas is not
+    whole pixels, or the savefig colours are not the figure's own. Padding past the canvas's edge
+    is the figure's face colour, as savefig paints it.
+
+    The file is what ``fig.savefig(path, bbox_inches=<the returned box>)`` writes: a crop by
+    whole pixels moves nothing against the pixel grid (a few antialiased edge pixels may round one
+    level in 255 apart, and a dashed line that runs past the canvas may start its dashes at another
+    phase: Agg clips a path to the canvas before dashing it). Against ``bbox_inches="tight"`` it is
+    at most two pixels wider and taller, the same drawing shifted by under a pixel.
+    """
+    import math  # deferred: only here
+
+    from matplotlib.colors import to_rgba  # deferred: with matplotlib
+    from matplotlib.transforms import Bbox  # deferred: as above
+
+    rc = matplotlib.rcParams
+    if rc["savefig.transparent"] or rc["savefig.facecolor"] != "auto" or rc["savefig.edgecolor"] != "auto":
+        return None
+    w, h = fig.bbox.width, fig.bbox.height
+    if abs(w - round(w)) > 1e-6 or abs(h - round(h)) > 1e-6:
+        return None
+    w, h = round(w), round(h)
+    if content.x0 * dpi < 0 or content.y0 * dpi < 0 or content.x1 * dpi > w or content.y1 * dpi > h:
+        return None
+    x0, y0 = math.floor(box.x0 * dpi + 1e-9), math.floor(box.y0 * dpi + 1e-9)
+    x1, y1 = math.ceil(box.x1 * dpi - 1e-9), math.ceil(box.y1 * dpi - 1e-9)
+    rgba = np.asarray(renderer.buffer_rgba())
+    if rgba.shape[:2] != (h, w) or x1 <= x0 or y1 <= y0:
+        return None
+    out = np.empty((y1 - y0, x1 - x0, 4), dtype=np.uint8)
+    out[:] = np.round(np.array(to_rgba(fig.get_facecolor())) * 255).astype(np.uint8)
+    # rows count down from the top: canvas row r is y = h - r; the crop's row 0 is y1
+    cx0, cx1, cy0, cy1 = max(x0, 0), min(x1, w), max(y0, 0), min(y1, h)
+    out[y1 - cy1:y1 - cy0, cx0 - x0:cx1 - x0] = rgba[h - cy1:h - cy0, cx0:cx1]
+    matplotlib.image.imsave(path, out, format="png", origin="upper", dpi=dpi)
+    return Bbox([[x0 / dpi, y0 / dpi], [x1 / dpi, y1 / dpi]])
+
+
 def save_figure_formats(fig: Figure, stem: str | Path, formats: Iterable[str] = FORMATS) -> list[Path]:
     """Save ``fig`` once per format (``stem.png``, ``stem.svg``, ``stem.pdf``) and close it.
 
     Each file is what ``fig.savefig(path, bbox_inches="tight")`` writes, but the tight boxes come
     from one layout draw (:func:`_tight_boxes`) and each file is then drawn once with its box:
-    three formats draw the figure four times, not six.
+    three formats draw the figure four times, not six. When the tight box lies inside the canvas
+    the PNG is cut from that first draw instead (:func:`_crop_png`: up to 2 px wider and taller,
+    the same drawing): three draws.
     """
     stem = Path(stem)
     formats = list(formats)
@@ -534,7 +596,8 @@ def save_figure_formats(fig: Figure, stem: str | Path, formats: Iterable[str] = 
         raise ConfigError(f"unknown figure format {bad[0]!r}; use .png, .svg or .pdf")
     formats = [f.lower() for f in formats]
     stem.parent.mkdir(parents=True, exist_ok=True)
-    boxes = _tight_boxes(fig, formats) if len(formats) > 1 else None
+    png = stem.with_name(stem.name + ".png") if ".png" in formats else None
+    boxes = _tight_boxes(fig, formats, png) if len(formats) > 1 else None
     engine = fig.get_layout_engine()
     if boxes is not None and engine is not None:
         # tight_layout()'s placeholder: savefig would still draw before each file for it
@@ -546,7 +609,8 @@ def save_figure_formats(fig: Figure, stem: str | Path, formats: Iterable[str] = 
     try:
         for ext in formats:
             path = stem.with_name(stem.name + ext)
-            fig.savefig(path, bbox_inches=boxes[ext] if boxes is not None else "tight")
+            if not (ext == ".png" and boxes is not None and "written" in boxes):   # cut from the first draw
+                fig.savefig(path, bbox_inches=boxes[ext] if boxes is not None else "tight")
             paths.append(path)
     finally:
         if fig.get_layout_engine() is not engine:

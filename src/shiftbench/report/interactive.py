@@ -56,6 +56,12 @@ def type_styles(types: Sequence[str]) -> dict[str, tuple[str, str]]:
     return {t: (look.colour, look.label) for t, look in type_looks(types).items()}
 
 
+def _rows(rows: list[list]) -> np.ndarray:
+    """Per-point hover rows as one object array: plotly takes a NumPy array as it is, where it
+    validates a list of lists element by element (15x slower on 1,556 models; the same JSON)."""
+    return np.array(rows, dtype=object)
+
+
 def _round(values: np.ndarray | pd.Series, digits: int) -> list[float | None]:
     arr = np.round(np.asarray(values, dtype=float), digits)
     return [None if not np.isfinite(v) else float(v) for v in arr]
@@ -181,7 +187,7 @@ def trend_figure(
                 error_y=dict(type="data", symmetric=False, array=_round(err["yp"][idx], 4),
                              arrayminus=_round(err["ym"][idx], 4), color=bar_colour, thickness=0.7, width=0))
         return go.Scatter(
-            x=_round(xs[idx], 4), y=_round(ys[idx], 4), mode="markers", name=name, customdata=custom,
+            x=_round(xs[idx], 4), y=_round(ys[idx], 4), mode="markers", name=name, customdata=_rows(custom),
             hovertemplate=("<b>%{customdata[0]}</b><br>" + type_text + "<br>" +
                            plotly_text(x) + ": %{customdata[1]:.2f}%<br>" + plotly_text(y) +
                            ": %{customdata[2]:.2f}%" + er_line + "<extra></extra>"),
@@ -305,7 +311,7 @@ def synthetic_figure(frame: pd.DataFrame, *, natural_label: str, r: float | None
                   zip(sub.index, _round(sub["synthetic_er"], 2), _round(sub["natural_er"], 2))]
         fig.add_trace(go.Scatter(
             x=_round(sub["synthetic_er"], 3), y=_round(sub["natural_er"], 3), mode="markers",
-            name=plotly_text(f"{label} ({len(sub)})"), customdata=custom,
+            name=plotly_text(f"{label} ({len(sub)})"), customdata=_rows(custom),
             hovertemplate=("<b>%{customdata[0]}</b><br>" + plotly_text(f"{label} ({mtype})") +
                            "<br>synthetic ER: %{customdata[1]:+.2f} pp<br>" + plotly_text(natural_label) +
                            " ER: %{customdata[2]:+.2f} pp<extra></extra>"),
