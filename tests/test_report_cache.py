@@ -202,6 +202,34 @@ def test_a_figure_keyed_by_its_inputs_is_not_even_built_while_they_are_unchanged
     assert builds == ["t", "u"] and w.written == 6
 
 
+def _trend_built_in(pid_file: str, tb, y: str, title: str):
+    """A module-level builder (picklable in a functools.partial) that says which process ran it."""
+    Path(pid_file).write_text(str(os.getpid()))
+    return plot_trend(tb, "val", y, title=title)
+
+
+def test_a_partial_builder_is_built_and_saved_in_the_worker(tmp_path: Path):
+    """plot_trend under functools.partial is pickled and built in the background process (the
+    report's main process goes on with the next section); its files are keyed like any other."""
+    import functools
+
+    from shiftbench.report.figures import plot_trend_inputs
+
+    tb, pid = tiny_testbed(), tmp_path / "pid"
+    y = tb.settings[1]
+    build = functools.partial(_trend_built_in, str(pid), tb, y, "t")
+    w = FigureWriter(1, cache=tmp_path / CACHE_DIR)
+    paths = w.save_lazily(build, tmp_path / "trend", inputs=plot_trend_inputs(tb, "val", y, title="t"))
+    w.wait()
+    assert all(p.exists() and p.stat().st_size > 0 for p in paths) and w.written == 3
+    assert int(pid.read_text()) != os.getpid(), "built in the worker process"
+    pid.unlink()
+    w = FigureWriter(1, cache=tmp_path / CACHE_DIR)
+    w.save_lazily(build, tmp_path / "trend", inputs=plot_trend_inputs(tb, "val", y, title="t"))
+    w.wait()
+    assert (w.written, w.skipped) == (0, 3) and not pid.exists(), "current files: not built at all"
+
+
 def test_the_html_report_does_not_redraw_the_summarys_trend_pngs(tmp_path: Path):
     from shiftbench.report import write_report
 

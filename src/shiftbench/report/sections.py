@@ -13,6 +13,7 @@ tables are rendered by ``report.js`` with ``textContent``.
 """
 from __future__ import annotations
 
+import functools
 import html
 import itertools
 import json
@@ -460,7 +461,7 @@ class ShiftSections(Section):
         best = best[["model", "model_type", "x_acc", "y_acc", "effective_robustness", "er_low", "er_high"]]
         if ctx.figure_formats:
             kw = dict(fit=a.fit, band=a.band, title=shift.label, highlight=marked)
-            parts.append(file_row(ctx.static_figure_lazily(lambda: plot_trend(t, shift.x, shift.y, **kw),
+            parts.append(file_row(ctx.static_figure_lazily(functools.partial(plot_trend, t, shift.x, shift.y, **kw),
                                                            tb.dir / shift.slug,
                                                            plot_trend_inputs(t, shift.x, shift.y, **kw))))
         parts.append(f'<h4 class="sb-tight">Most effectively robust (top {len(best)})</h4>')

@@ -8,6 +8,7 @@ is fitted piecewise around the ResNet-50 it was filtered against.
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,7 +118,7 @@ def write_testbed_report(
             if res.fit is not None:
                 kw = dict(fit=res.fit, band=res.band, title=shift.label,
                           highlight=[m for m in highlight if m in testbed.models])
-                res.figures.extend(writer.save_lazily(lambda: plot_trend(testbed, shift.x, shift.y, **kw),
+                res.figures.extend(writer.save_lazily(functools.partial(plot_trend, testbed, shift.x, shift.y, **kw),
                                                       out / shift.slug, [".png"],
                                                       plot_trend_inputs(testbed, shift.x, shift.y, **kw)))
             results.append(res)
