@@ -15,6 +15,8 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 
 from pathlib import Path  # noqa: E402
 
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 from report_testbed import CORRUPTIONS, XSS, calibration_store, tiny_testbed  # noqa: E402
@@ -346,3 +348,53 @@ def test_shift_selector_says_what_it_shows_on_its_own_line(loaded: Page):
     heights = page.evaluate("""() => { const l = document.querySelector('#tb-tiny-shifts label.sb-choose');
         return [l.getBoundingClientRect().height, l.querySelector('select').getBoundingClientRect().height]; }""")
     assert heights[0] <= heights[1] + 4              # one line: no wrapped note under the selector
+
+
+def _legend_right_of_axes(fig) -> bool:
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    legend = ax.get_legend().get_window_extent()
+    return legend.x0 >= ax.get_window_extent().x1
+
+
+def test_static_calibration_groups_a_long_legend_by_family_beside_the_axes():
+    """The PNG/SVG/PDF twin of the grouped plotly legend: 1 + 2 x 5 settings -> 3 entries, each
+    family one colour, darker at higher severity, and the legend right of the axes."""
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_hex
+
+    from shiftbench.report.figures import plot_calibration
+
+    settings = ["val"] + [f"val+{c}.{k}" for c in ("fog", "snow") for k in range(1, 6)]
+    rows = pd.DataFrame({"setting": np.repeat(settings, 4), "accuracy": np.linspace(40, 90, 44),
+                         "ece": np.linspace(1, 12, 44)})
+    fig = plot_calibration(rows)
+    legend = fig.axes[0].get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == ["val", "fog (5 severities)", "snow (5 severities)"]
+    fog = [c for c in fig.axes[0].collections if c.get_offsets()[0][1] in
+           rows.loc[rows["setting"].str.contains("fog"), "ece"].to_numpy()]
+    assert len({to_hex(c.get_facecolor()[0], keep_alpha=False) for c in fog}) == 1
+    alphas = [c.get_alpha() for c in fog]
+    assert alphas == sorted(alphas) and alphas[0] < alphas[-1]      # severity 1 lightest, 5 darkest
+    assert _legend_right_of_axes(fig)
+    plt.close(fig)
+    few = plot_calibration(rows[rows["setting"].isin(settings[:4])])
+    assert [t.get_text() for t in few.axes[0].get_legend().get_texts()] == settings[:4]
+    assert _legend_right_of_axes(few)
+    plt.close(few)
+
+
+def test_synthetic_scatter_legends_stay_off_the_points():
+    import matplotlib.pyplot as plt
+
+    from shiftbench.report.figures import plot_synthetic_vs_natural
+    from shiftbench.report.interactive import synthetic_figure
+
+    frame = pd.DataFrame({"model_type": ["STANDARD"] * 6 + ["ROBUST_INTV"] * 4,
+                          "synthetic_er": np.linspace(-3, 6, 10), "natural_er": np.linspace(-2, 4, 10)},
+                         index=[f"m{i}" for i in range(10)])
+    fig = plot_synthetic_vs_natural(frame, natural_label="UCI", r=0.9)
+    assert _legend_right_of_axes(fig)
+    plt.close(fig)
+    legend = synthetic_figure(frame, natural_label="UCI", r=0.9, title="t").layout.legend
+    assert legend.orientation == "h" and legend.y < 0          # in rows under the plot

@@ -22,6 +22,7 @@ Readability rules shared with the interactive twin (:mod:`.interactive`):
 from __future__ import annotations
 
 import functools
+import re
 import sys
 import textwrap
 
@@ -841,9 +842,9 @@ def _type_legend_scatter(ax: Axes, frame, xcol: str, ycol: str) -> None:
 def plot_synthetic_vs_natural(frame, *, natural_label: str, r: float | None = None,
                               title: str = "Synthetic vs natural effective robustness") -> Figure:
     """Natural against synthetic effective robustness (pp), one point per model, coloured by type,
-    with the least-squares line (Taori et al. 2020, Figure 5). ``frame``: ``model_type``,
-    ``synthetic_er``, ``natural_er``."""
-    fig, ax = plt.subplots(figsize=(6.4, 5.2), dpi=120)
+    with the least-squares line (Taori et al. 2020, Figure 5), the legend to the right of the axes.
+    ``frame``: ``model_type``, ``synthetic_er``, ``natural_er``."""
+    fig, ax = plt.subplots(figsize=(8.0, 5.2), dpi=120)
     ax.axhline(0, color="0.6", lw=0.8, zorder=1)
     ax.axvline(0, color="0.6", lw=0.8, zorder=1)
     if len(frame) >= 2 and np.ptp(frame["synthetic_er"]) > 0:
@@ -853,9 +854,11 @@ def plot_synthetic_vs_natural(frame, *, natural_label: str, r: float | None = No
     _type_legend_scatter(ax, frame, "synthetic_er", "natural_er")
     ax.set_xlabel("effective robustness, mean over corruptions (pp)")
     ax.set_ylabel(f"effective robustness on {natural_label} (pp)")
-    ax.set_title(title + (f"\nPearson r = {r:.2f}, {len(frame)} models" if r is not None else ""), fontsize=10)
+    ax.set_title(title + (f"\nPearson r = {r:.2f}, {len(frame)} models" if r is not None else ""), fontsize=10,
+                 loc="left")
     ax.grid(True, color="0.9", lw=0.6)
-    ax.legend(loc="best", fontsize=7, framealpha=0.9)
+    # outside the axes: inside, "best" still covered points of a dense cloud
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize=7, framealpha=0.9)
     fig.tight_layout()
     return fig
 
@@ -879,16 +882,51 @@ def plot_corruption_correlation(table, *, natural_label: str,
     return fig
 
 
-def plot_calibration(results, *, title: str = "Calibration") -> Figure:
-    """Expected calibration error (percent) against accuracy, one colour per setting."""
-    fig, ax = plt.subplots(figsize=(6.4, 4.8), dpi=120)
-    for setting, sub in results.groupby("setting", sort=True):
-        ax.scatter(sub["accuracy"], sub["ece"], s=22, alpha=0.85, label=str(setting), edgecolors="white",
-                   linewidths=0.4)
+#: A legend with more entries than this is grouped by shift family (:func:`setting_family`).
+MAX_LEGEND = 10
+_FAMILY = re.compile(r"^(?P<base>.+)\+(?P<family>[A-Za-z0-9_-]+)\.(?P<severity>\d+)$")
+
+
+def setting_family(setting: str) -> tuple[str, int | None]:
+    """``("gaussian_noise", 3)`` for ``mnist-test+gaussian_noise.3`` (any ``<base>+<shift>.<severity>``
+    setting); ``(setting, None)`` for any other."""
+    m = _FAMILY.match(setting)
+    return (m["family"], int(m["severity"])) if m else (setting, None)
+
+
+def plot_calibration(results, *, title: str = "Calibration", max_entries: int = MAX_LEGEND) -> Figure:
+    """Expected calibration error (percent) against accuracy, one colour per setting, the legend
+    to the right of the axes. With more than ``max_entries`` settings, as the HTML report's figure:
+    the settings of one shift family (``<base>+<family>.<severity>``) share a colour, darker at
+    higher severity, and one legend entry ``"<family> (k severities)"``."""
+    settings = sorted(results["setting"].astype(str).unique())
+    fams = {s: setting_family(s) for s in settings}
+    grouped = len(settings) > max_entries and len({f for f, _ in fams.values()}) < len(settings)
+    order = list(dict.fromkeys(fams[s][0] for s in settings)) if grouped else settings
+    palette = [c for c, _ in TYPE_STYLE.values()] + list(EXTRA_COLOURS)
+    top = max((k for _, k in fams.values() if k is not None), default=1)
+    sizes = {f: sum(1 for g, _ in fams.values() if g == f) for f in order}
+    fig, ax = plt.subplots(figsize=(8.4 if grouped else 7.6, 4.8), dpi=120)
+    labelled: set[str] = set()
+    for setting, sub in results.groupby(results["setting"].astype(str), sort=True):
+        family, severity = fams[setting] if grouped else (setting, None)
+        alpha = 0.85 if severity is None else 0.3 + 0.65 * severity / top
+        label = None
+        if family not in labelled:
+            labelled.add(family)
+            label = f"{family} ({sizes[family]} severities)" if grouped and sizes[family] > 1 else family
+            if len(label) > 36:   # a long setting name (a path, say) would squeeze the axes
+                label = label[:17] + "…" + label[-17:]
+        ax.scatter(sub["accuracy"], sub["ece"], s=22, alpha=alpha, label=label, edgecolors="white", linewidths=0.4,
+                   color=palette[order.index(family) % len(palette)])
     ax.set_xlabel("top-1 accuracy (%)")
     ax.set_ylabel("expected calibration error (%)")
-    ax.set_title(title, fontsize=10)
+    ax.set_title(title, fontsize=10, loc="left")
     ax.grid(True, color="0.9", lw=0.6)
-    ax.legend(loc="best", fontsize=7, framealpha=0.9)
+    handles, labels = ax.get_legend_handles_labels()
+    legend = ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize=7, framealpha=0.9,
+                       title="setting family" if grouped else "setting", title_fontsize=7)
+    for h in legend.legend_handles:        # the entry shows the family's colour at full strength
+        h.set_alpha(0.95)
     fig.tight_layout()
     return fig

@@ -318,7 +318,11 @@ def synthetic_figure(frame: pd.DataFrame, *, natural_label: str, r: float | None
             marker=dict(color=colour, size=7, opacity=0.85, line=dict(color="white", width=0.5))))
     _layout(fig, plotly_text(title) + (f" (Pearson r = {r:.2f})" if r is not None else ""),
             "effective robustness, mean over corruptions (pp)",
-            plotly_text(f"effective robustness on {natural_label} (pp)"), height=500)   # half a page wide
+            plotly_text(f"effective robustness on {natural_label} (pp)"), height=540)   # half a page wide
+    # the legend in rows under the axis title: half a page has no room beside the plot, and inside
+    # it covered points
+    fig.update_layout(legend=dict(orientation="h", x=0.0, xanchor="left", y=-0.2, yanchor="top"),
+                      margin=dict(b=120))
     pad = 0.05 * max(hi - lo, 1.0)
     fig.update_xaxes(range=[lo - pad, hi + pad])
     return fig

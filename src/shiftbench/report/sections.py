@@ -44,14 +44,16 @@ from shiftbench.analysis.synthetic import (
 from shiftbench.errors import ConfigError, ShiftbenchError
 from shiftbench.report.cache import ReportCache
 from shiftbench.report.figures import (
-    FigureWriter,
     FORMATS,
+    MAX_LEGEND,
     TYPE_STYLE,
+    FigureWriter,
     plot_calibration,
     plot_corruption_correlation,
     plot_synthetic_vs_natural,
     plot_trend,
     plot_trend_inputs,
+    setting_family,
 )
 from shiftbench.report.interactive import (
     EXTRA_COLOURS,
@@ -748,18 +750,6 @@ def calibration_rows(results: pd.DataFrame | None) -> pd.DataFrame:
     frame["model"] = frame["model"].astype(str)
     frame["setting"] = frame["setting"].astype(str)
     return frame[cols].sort_values(["setting", "model"]).reset_index(drop=True)
-
-
-#: A legend with more entries than this is grouped by shift family (:func:`group_legend`).
-MAX_LEGEND = 10
-_FAMILY = re.compile(r"^(?P<base>.+)\+(?P<family>[A-Za-z0-9_-]+)\.(?P<severity>\d+)$")
-
-
-def setting_family(setting: str) -> tuple[str, int | None]:
-    """``("gaussian_noise", 3)`` for ``mnist-test+gaussian_noise.3`` (any ``<base>+<shift>.<severity>``
-    setting); ``(setting, None)`` for any other."""
-    m = _FAMILY.match(setting)
-    return (m["family"], int(m["severity"])) if m else (setting, None)
 
 
 def group_legend(fig: go.Figure, max_entries: int = MAX_LEGEND) -> go.Figure:
