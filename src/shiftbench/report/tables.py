@@ -22,9 +22,13 @@ _LATEX_SPECIAL = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{
                   "<": r"\textless{}", ">": r"\textgreater{}", "|": r"\textbar{}"}
 
 
+_LATEX_TABLE = str.maketrans(_LATEX_SPECIAL)
+
+
 def latex_escape(text: str) -> str:
-    """Escape LaTeX's special characters in running text (e.g. a caption)."""
-    return "".join(_LATEX_SPECIAL.get(ch, ch) for ch in str(text))
+    """Escape LaTeX's special characters in running text (e.g. a caption): one ``str.translate``
+    pass (every character replaced at once, so no replacement is escaped again)."""
+    return str(text).translate(_LATEX_TABLE)
 
 
 def _cell(value: object, digits: int) -> str:
