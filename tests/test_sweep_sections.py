@@ -185,6 +185,37 @@ def test_compositing_section_renders_size_rotation_and_the_normalised_map(tmp_pa
     assert table.loc[table["factor"] == "location", "normalised"].tolist() == [0.5, 1.0, 0.25, 0.25]
 
 
+def test_static_compositing_figure_is_two_rows_a_page_holds(tmp_path):
+    """Five models: the curves with one legend beside them, then five maps on one colour scale
+    with one colour bar; about 13 inches wide (one row of 7 panels was 29)."""
+    import matplotlib.pyplot as plt
+
+    from shiftbench.report.section_compositing import plot_compositing
+
+    rows = []
+    for i in range(5):
+        for factor, values in (("size", (0.1, 0.4)), ("rotation", (0.0, 90.0))):
+            rows += [(f"model-{i}", factor, v, f"{v:g}", np.nan, np.nan, 30.0 + 10 * k + i, 8, np.nan)
+                     for k, v in enumerate(values)]
+        rows += [(f"model-{i}", "location", np.nan, f"{x},{y}", x, y, 50.0, 4, 0.5 + i * (x + y) / 4)
+                 for x in (0.25, 0.75) for y in (0.25, 0.75)]
+    frame = pd.DataFrame(rows, columns=["model", "factor", "value", "label", "x", "y", "accuracy", "n", "normalised"])
+    fig = plot_compositing(frame, title="t")
+    width, height = fig.get_size_inches()
+    assert width <= 14 and height <= 7.5
+    maps = [ax for ax in fig.axes if ax.images]
+    assert len(maps) == 5 and len({im.get_clim() for ax in maps for im in ax.images}) == 1   # one colour scale
+    bars = [ax for ax in fig.axes if ax.get_ylabel() == "accuracy / its 95th percentile"]
+    assert len(bars) == 1                                                                     # one colour bar
+    legends = [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
+    assert len(legends) == 1 and [t.get_text() for t in legends[0].get_texts()] == [f"model-{i}" for i in range(5)]
+    fig.canvas.draw()
+    curves = [ax for ax in fig.axes if ax.lines]
+    box = legends[0].get_window_extent()
+    assert all(box.x0 >= ax.get_window_extent().x1 for ax in curves)                          # beside, not over
+    plt.close(fig)
+
+
 # ---------------------------------------------------------------------------- CLI
 def test_cli_sweep_and_composite_print_the_stored_results_and_report_shows_them(real, tmp_path):
     runner = CliRunner()

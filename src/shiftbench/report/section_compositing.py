@@ -86,18 +86,26 @@ def heatmap_figure(rows: pd.DataFrame, *, title: str) -> go.Figure:
 
 
 def plot_compositing(rows: pd.DataFrame, *, title: str):
-    """Static twin: accuracy per size and per rotation (one line per model), then one location map
-    per model (accuracy over its 95th percentile)."""
+    """Static twin, two rows a page can hold: accuracy per size and per rotation (one line per
+    model, one legend beside them), then one location map per model (accuracy over its 95th
+    percentile) on one colour scale with one colour bar. (One row of 2 + models panels was 29
+    inches wide for five models, each line plot's legend over its lines.)"""
     import matplotlib.pyplot as plt  # deferred: loads Pillow, loads matplotlib
 
     models = sorted(rows["model"].unique())
-    fig, axes = plt.subplots(1, 2 + len(models), figsize=(4.2 * (2 + len(models)), 3.8), dpi=120, squeeze=False)
-    axes = axes[0]
-    for ax, factor in zip(axes[:2], ("size", "rotation")):
+    n = max(len(models), 1)
+    fig = plt.figure(figsize=(max(2.5 * n + 0.8, 10.0), 7.0), dpi=120)
+    grid = fig.add_gridspec(2, 1, height_ratios=[1.0, 1.05])
+    top = grid[0].subgridspec(1, 3, width_ratios=[1.0, 1.0, 0.5])
+    handles: list = []
+    for k, factor in enumerate(("size", "rotation")):
+        ax = fig.add_subplot(top[0, k])
         for i, model in enumerate(models):
             sub = rows[(rows["model"] == model) & (rows["factor"] == factor)].sort_values("value")
-            ax.plot(sub["value"], sub["accuracy"], "o-", color=PALETTE[i % len(PALETTE)], lw=1.5, ms=4,
-                    label=model)
+            line, = ax.plot(sub["value"], sub["accuracy"], "o-", color=PALETTE[i % len(PALETTE)], lw=1.5, ms=4,
+                            label=model)
+            if k == 0:
+                handles.append(line)
         values = sorted(rows.loc[rows["factor"] == factor, "value"].dropna().unique())
         if factor == "size":
             ax.set_xscale("log")
@@ -107,19 +115,30 @@ def plot_compositing(rows: pd.DataFrame, *, title: str):
         ax.set_xlabel(FACTOR_AXIS[factor])
         ax.set_ylabel("top-1 accuracy (%)")
         ax.grid(True, color="0.9", lw=0.6)
-        ax.legend(loc="best", fontsize=7, framealpha=0.9)
-    for ax, model in zip(axes[2:], models):
-        heat = heatmap_from_study(rows[rows["model"] == model])
-        image = ax.imshow(heat.to_numpy(), cmap="viridis", vmin=0, vmax=max(1.0, float(np.nanmax(heat.to_numpy()))))
+    legend_ax = fig.add_subplot(top[0, 2])
+    legend_ax.axis("off")
+    legend_ax.legend(handles, [h.get_label() for h in handles], loc="center left", fontsize=8, frameon=False,
+                     title="model", title_fontsize=8)
+    heats = [heatmap_from_study(rows[rows["model"] == model]) for model in models]
+    top_value = max([1.0] + [float(np.nanmax(h.to_numpy())) for h in heats if np.isfinite(h.to_numpy()).any()])
+    bottom = grid[1].subgridspec(1, n + 1, width_ratios=[1.0] * n + [0.06])
+    image = None
+    for j, (model, heat) in enumerate(zip(models, heats)):
+        ax = fig.add_subplot(bottom[0, j])
+        image = ax.imshow(heat.to_numpy(), cmap="viridis", vmin=0, vmax=top_value)
         ax.set_xticks(range(heat.shape[1]), [f"{v:g}" for v in heat.columns])
         ax.set_yticks(range(heat.shape[0]), [f"{v:g}" for v in heat.index])
         for (r, c), v in np.ndenumerate(heat.to_numpy()):
             if np.isfinite(v):
                 ax.text(c, r, f"{v:.2f}", ha="center", va="center", fontsize=7, color="white" if v < 0.6 else "black")
         ax.set_xlabel("object centre x")
-        ax.set_ylabel("object centre y")
-        ax.set_title(f"{model}: accuracy / p95", fontsize=9)
-        fig.colorbar(image, ax=ax, fraction=0.046)
+        if j == 0:
+            ax.set_ylabel("object centre y")
+        else:                       # one y axis for the row: the maps share their locations
+            ax.tick_params(labelleft=False)
+        ax.set_title(model if len(model) <= 28 else model[:13] + "…" + model[-13:], fontsize=8)
+    if image is not None:
+        fig.colorbar(image, cax=fig.add_subplot(bottom[0, n]), label="accuracy / its 95th percentile")
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     return fig
