@@ -196,3 +196,31 @@ def test_the_section_is_left_out_without_transfer_results(tmp_path):
     ctx = ReportContext(out_dir=tmp_path, testbeds=[TestbedReport(tb, [], tmp_path, "toy")],
                         store_results=pd.DataFrame({"model": ["m0"], "setting": ["id"], "accuracy": [50.0]}))
     assert not TransferSection().available(ctx, None)
+
+
+class _Corr:
+    """The two things the static figure reads of a robustness-transfer correlation."""
+
+    def __init__(self, n: list[int]) -> None:
+        metrics, groups = ["accuracy: id", "eff. robustness: shifted"], ["natural", "mean"]
+        cells = [(m, g) for m in metrics for g in groups]
+        self.rows = pd.DataFrame({"metric": [m for m, _ in cells], "group": [g for _, g in cells],
+                                  "rho": [0.8, 0.6, -0.1, 0.05], "partial_rho": [np.nan, np.nan, -0.2, 0.1],
+                                  "n_models": n})
+
+    def matrix(self, value: str) -> pd.DataFrame:
+        return self.rows.pivot(index="metric", columns="group", values=value)
+
+
+@pytest.mark.parametrize("n, in_cells", [([8, 8, 8, 8], False), ([8, 8, 7, 8], True)])
+def test_the_static_figure_gives_a_constant_model_count_once_in_its_title(n, in_cells):
+    import matplotlib.pyplot as plt
+
+    from shiftbench.report.section_transfer import _static
+
+    fig = _static(_Corr(n), "toy")
+    cells = [t.get_text() for ax in fig.axes[:2] for t in ax.texts]
+    assert any("n=" in c for c in cells) == in_cells
+    assert ("n=8 models per cell" in fig._suptitle.get_text()) != in_cells
+    assert any(c.startswith("+0.80") for c in cells)
+    plt.close(fig)

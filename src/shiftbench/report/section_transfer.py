@@ -163,15 +163,21 @@ def _static(corr, title: str):
     values = [("rho", "Spearman rho"), ("partial_rho", "partial rho (ID accuracy partialled out)")]
     mats = [corr.matrix(v) for v, _ in values]
     n = mats[0].shape[0]
-    fig, axes = plt.subplots(1, 2, figsize=(4.0 + 2.4 * mats[0].shape[1], 1.2 + 0.42 * n), sharey=True)
+    counts = corr.matrix("n_models")
+    ns = corr.rows["n_models"].dropna().unique()
+    same_n = len(ns) == 1
+    if same_n:        # said once in the title (as the HTML figure does), not in every cell
+        title = f"{title} (n={int(ns[0])} models per cell)"
+    fig, axes = plt.subplots(1, 2, figsize=(4.0 + 2.4 * mats[0].shape[1], 1.2 + (0.32 if same_n else 0.42) * n),
+                             sharey=True)
     for ax, mat, (value, name) in zip(axes, mats, values):
         im = ax.imshow(mat.to_numpy(dtype=float), cmap="RdBu", vmin=-1, vmax=1, aspect="auto")
-        counts = corr.matrix("n_models")
         for i in range(mat.shape[0]):
             for j in range(mat.shape[1]):
                 v = mat.iat[i, j]
-                ax.text(j, i, (f"{v:+.2f}\n" if np.isfinite(v) else "") + f"n={int(counts.iat[i, j])}",
-                        ha="center", va="center", fontsize=6.5)
+                text = (f"{v:+.2f}" if np.isfinite(v) else "–") if same_n else \
+                    (f"{v:+.2f}\n" if np.isfinite(v) else "") + f"n={int(counts.iat[i, j])}"
+                ax.text(j, i, text, ha="center", va="center", fontsize=7 if same_n else 6.5)
         ax.set_xticks(range(mat.shape[1]), list(mat.columns), fontsize=8)
         ax.set_title(name, fontsize=9)
     axes[0].set_yticks(range(n), [_label(m) for m in mats[0].index], fontsize=7.5)
