@@ -143,6 +143,31 @@ def test_section_draws_lines_estimates_and_table(store, tmp_path):
         np.testing.assert_array_equal(getattr(fast, col), getattr(slow, col))
 
 
+def test_the_static_lines_have_one_legend_off_the_data(store):
+    """Two shifts on a 1 x 2 grid: the legend goes under the axis title, outside every panel;
+    four on a 2 x 3 grid: into the first empty cell."""
+    import matplotlib.pyplot as plt
+
+    from shiftbench.report.section_label_free import label_free_shifts, plot_lines, run_estimates
+    from shiftbench.store import Store
+
+    root, _ = store
+    st = Store(root)
+    run = run_estimates(st, label_free_shifts(st.results()), st.results())
+    fig = plot_lines(run, run.shifts)                   # 2 panels, 1 x 2: nowhere empty
+    assert [ax.get_legend() for ax in fig.axes] == [None, None] and len(fig.legends) == 1
+    fig.canvas.draw()
+    legend = fig.legends[0].get_window_extent()
+    assert all(legend.y1 <= ax.get_window_extent().y0 for ax in fig.axes)       # under every panel
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == [
+        "agreement (pairs)", "accuracy (models)", "agreement line", "accuracy line", "y = x"]
+    plt.close(fig)
+    fig = plot_lines(run, run.shifts * 2)               # 4 panels on 2 x 3: the fifth cell holds it
+    holder = [ax for ax in fig.axes if ax.get_legend() is not None]
+    assert len(holder) == 1 and not holder[0].axison and not fig.legends
+    plt.close(fig)
+
+
 def test_section_is_left_out_without_predictions(store, tmp_path):
     from shiftbench.report.section_label_free import LabelFreeSection
     from shiftbench.store import Store

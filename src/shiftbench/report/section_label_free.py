@@ -305,18 +305,26 @@ def plot_lines(run: LabelFreeRun, shown: list[Shift]) -> Figure:
                 ax.plot(grid, line.slope * grid + line.bias, style, color="#d62728", lw=1.2, label=name)
         both = np.concatenate([xs, ys])
         d_lo, d_hi = float(np.nanmin(both)), float(np.nanmax(both))
-        ax.plot([d_lo, d_hi], [d_lo, d_hi], ":", color="#888888", lw=0.8)
+        ax.plot([d_lo, d_hi], [d_lo, d_hi], ":", color="#888888", lw=0.8, label="y = x")
         for setter, (a, b) in ((ax.set_xticks, (lo, hi)), (ax.set_yticks, (float(np.nanmin(ys)), float(np.nanmax(ys))))):
             ticks = _percent_ticks(a, b)
             setter(probit(np.asarray(ticks) / 100), [_fmt(t) for t in ticks])
         ax.tick_params(labelsize=7)
         ax.set_title(f"{s.label}\n{_verdict(res)}", fontsize=8)
-    for ax in list(axes.flat)[n:]:
+    empty = list(axes.flat)[n:]
+    for ax in empty:
         ax.axis("off")
-    axes[0, 0].legend(fontsize=6, loc="upper left")
     fig.supxlabel("in-distribution (probit axis)", fontsize=9)
     fig.supylabel("shifted (probit axis)", fontsize=9)
     fig.tight_layout()
+    # one legend for every panel, off the data (inside a panel it covered points): in an empty
+    # cell of the grid, else in a row under the axis title
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    if empty:
+        empty[0].legend(handles, labels, loc="center", fontsize=8, frameon=False)
+    else:
+        fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=len(labels), fontsize=7,
+                   frameon=False)
     return fig
 
 
