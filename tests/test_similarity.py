@@ -188,6 +188,15 @@ def test_figures_are_sorted_by_accuracy_and_capped_evenly(hand):
     assert fig.data[0].z[0][2] == pytest.approx(round(1 / 6, 4))
     mpl = plot_similarity_matrices(sim)
     assert len(mpl.axes) == 4                               # two matrices and their colour bars
+    # too many models for names: the axes say what runs along them, variants past the line
+    names = [f"m{i}" for i in range(30)] + [f"m{i}@{k}" for i in range(3) for k in (1, 2, 3, 4, 5)]
+    many = model_similarity(pd.DataFrame(rng.random((45, 200)) < np.linspace(0.1, 0.9, 45)[:, None], index=names))
+    fig = plot_similarity_matrices(many)
+    assert fig.axes[0].get_xlabel() == "30 models | 15 variants (name@…), by accuracy"
+    assert similarity_heatmap(many).layout.xaxis.title.text == fig.axes[0].get_xlabel()
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
     with pytest.raises(ConfigError, match="unknown similarity matrix 'kappa'"):
         similarity_heatmap(sim, "kappa")
 

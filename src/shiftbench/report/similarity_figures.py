@@ -65,6 +65,12 @@ def _matrix(sim: ModelSimilarity, which: str):
     return frame, values, label, cmap, scale, limits
 
 
+def _order_words(n: int, n_base: int) -> str:
+    """What runs along a matrix's axes: the models by accuracy, then past a line their study variants."""
+    return ("models, least to most accurate" if n_base in (0, n) else
+            f"{n_base} models | {n - n_base} variants (name@…), by accuracy")
+
+
 def plot_similarity_matrices(sim: ModelSimilarity, *, max_models: int = MAX_MODELS, title: str | None = None) -> Figure:
     """Dominance probability and error consistency side by side, models sorted by accuracy
     (least accurate at the top left). Model names label the axes up to 40 models."""
@@ -86,11 +92,11 @@ def plot_similarity_matrices(sim: ModelSimilarity, *, max_models: int = MAX_MODE
             fs = 7 if n <= 15 else 5
             ax.set_xticks(range(n), names, rotation=90, fontsize=fs)
             ax.set_yticks(range(n), names, fontsize=fs)
-        else:
+        else:               # too many for names: the axis says what runs along it (as the HTML's)
             ax.set_xticks([])
             ax.set_yticks([])
-            ax.set_xlabel("models, least to most accurate", fontsize=8)
-            ax.set_ylabel("models, least to most accurate", fontsize=8)
+            ax.set_xlabel(_order_words(n, n_base), fontsize=8)
+            ax.set_ylabel(_order_words(n, n_base), fontsize=8)
     more = f"; {n} of {len(sim.models)} models, evenly spaced in accuracy" if n < len(sim.models) else ""
     fig.suptitle(title or f"Model similarity on {sim.setting} ({sim.n_examples:,} examples{more})", fontsize=10)
     fig.tight_layout()
@@ -129,8 +135,7 @@ def similarity_heatmap(sim: ModelSimilarity, which: str = "dominance_probability
                    x=0.012, xanchor="left", font=dict(size=14)),
         margin=dict(l=20, r=20, t=44, b=16))
     ticks = dict(showticklabels=n <= 40, tickfont=dict(size=9), automargin=True, showgrid=False)
-    axis_title = ("models, least to most accurate" if n_base in (0, n) else
-                  f"{n_base} models | {n - n_base} variants (name@…), by accuracy")
+    axis_title = _order_words(n, n_base)
     fig.update_xaxes(title=dict(text=axis_title), **ticks)
     fig.update_yaxes(autorange="reversed", **ticks)
     return fig
