@@ -674,30 +674,31 @@ def stable_pickle(fig: Figure) -> tuple[bytes, bool]:
     return buf.getvalue(), changed
 
 
-def _save_pickled(blob: bytes, stem: str, formats: list[str], cache: str | None = None,
-                  key: str | None = None) -> list[str]:
-    """Worker side of :class:`FigureWriter`: unpickle a figure, save it in every format, and
-    record each file's content hash (``cache``, ``key``) once it is written."""
-    import pickle  # deferred: only the worker process unpickles figures
-
-    paths = save_figure_formats(pickle.loads(blob), stem, formats)  # noqa: S301 - our own figure
+def _save_and_record(fig: Figure, stem: str, formats: list[str], cache: str | None, key: str | None) -> list[str]:
+    """Worker side of :class:`FigureWriter`: save ``fig`` in every format and record each file's
+    content hash (``cache``, ``key``) once it is written."""
+    paths = save_figure_formats(fig, stem, formats)
     if cache is not None and key is not None:
         for p in paths:
             write_figure_record(Path(cache), key, p)
     return [str(p) for p in paths]
+
+
+def _save_pickled(blob: bytes, stem: str, formats: list[str], cache: str | None = None,
+                  key: str | None = None) -> list[str]:
+    """Unpickle a figure, then :func:`_save_and_record`."""
+    import pickle  # deferred: only the worker process unpickles figures
+
+    return _save_and_record(pickle.loads(blob), stem, formats, cache, key)  # noqa: S301 - our own figure
 
 
 def _build_and_save(blob: bytes, stem: str, formats: list[str], cache: str | None = None,
                     key: str | None = None) -> list[str]:
-    """Worker side of :meth:`FigureWriter.save_lazily` for a picklable builder: build the figure
-    here (``pickle.loads(blob)()``), then as :func:`_save_pickled`."""
+    """Build the figure from a pickled builder (``pickle.loads(blob)()``, :meth:`FigureWriter.save_lazily`),
+    then :func:`_save_and_record`."""
     import pickle  # deferred: only the worker process unpickles builders
 
-    paths = save_figure_formats(pickle.loads(blob)(), stem, formats)  # noqa: S301 - our own builder
-    if cache is not None and key is not None:
-        for p in paths:
-            write_figure_record(Path(cache), key, p)
-    return [str(p) for p in paths]
+    return _save_and_record(pickle.loads(blob)(), stem, formats, cache, key)  # noqa: S301 - our own builder
 
 
 class FigureWriter:
@@ -773,26 +774,31 @@ class FigureWriter:
             except Exception:  # noqa: BLE001 - an unpicklable argument: build it here instead
                 blob = None
             if blob is not None:
-                todo = [ext for ext, p in zip(formats, paths) if not figure_is_current(self.cache, key, p)]
-                self.skipped += len(formats) - len(todo)
-                self.written += len(todo)
-                self._submit(_build_and_save, blob, stem, todo, key)
+                todo = self._todo(formats, paths, key)
+                if todo:
+                    self._submit(_build_and_save, blob, stem, todo, key)
                 return paths
         fig = build()
         if key is None:
             return self.save(fig, stem, formats)
         return self._write(fig, stem, formats, paths, key, None)
 
-    def _write(self, fig: Figure, stem: Path, formats: list[str], paths: list[Path], key: str | None,
-               blob: bytes | None) -> list[Path]:
-        """Draw the formats whose file is not current under ``key`` (every one without a key)."""
+    def _todo(self, formats: list[str], paths: list[Path], key: str | None) -> list[str]:
+        """The formats whose file is not current under ``key`` (every one without a key), counted
+        in :attr:`written` and the others in :attr:`skipped`."""
         todo = formats if key is None else [
             ext for ext, p in zip(formats, paths) if not figure_is_current(self.cache, key, p)]
         self.skipped += len(formats) - len(todo)
+        self.written += len(todo)
+        return todo
+
+    def _write(self, fig: Figure, stem: Path, formats: list[str], paths: list[Path], key: str | None,
+               blob: bytes | None) -> list[Path]:
+        """Draw the formats whose file is not current under ``key`` (every one without a key)."""
+        todo = self._todo(formats, paths, key)
         if not todo:
             plt.close(fig)
             return paths
-        self.written += len(todo)
         if blob is None and self.workers >= 1:
             import pickle  # deferred: only when figures are written in the background
 
@@ -894,37 +900,71 @@ def setting_family(setting: str) -> tuple[str, int | None]:
     return (m["family"], int(m["severity"])) if m else (setting, None)
 
 
+def shorten(text: str, width: int) -> str:
+    """``text`` cut in the middle to at most ``width`` characters (``"abc…xyz"``): a long setting
+    or model name (a path, say) would squeeze a figure's axes; hover and tables have it whole."""
+    if len(text) <= width:
+        return text
+    keep = (width - 2) // 2
+    return text[:keep] + "…" + text[-keep:]
+
+
+class FamilyLook(NamedTuple):
+    """How a setting is drawn in a legend grouped by shift family (:func:`family_looks`)."""
+
+    family: str
+    rank: int                 # the family's place in the legend (first seen first)
+    colour: str               # the family's colour
+    label: str                # the family's legend entry: ``"<family> (k severities)"``
+    strength: float | None    # opacity by severity, 0.3 (lightest) to 0.95; None without a severity
+
+
+def family_looks(names: Iterable[str]) -> list[FamilyLook] | None:
+    """Per setting name, in order, its shift family (:func:`setting_family`) and how the family is
+    drawn - the one rule of the HTML and the static figures whose legends group settings; None
+    when no two names share a family (nothing to group)."""
+    fams = [setting_family(str(n)) for n in names]
+    order = list(dict.fromkeys(f for f, _ in fams))
+    if len(order) == len(fams):
+        return None
+    palette = [c for c, _ in TYPE_STYLE.values()] + list(EXTRA_COLOURS)
+    sizes = {f: sum(1 for g, _ in fams if g == f) for f in order}
+    with_severity = {f for f, k in fams if k is not None}
+    top = max((k for _, k in fams if k is not None), default=1)
+    return [FamilyLook(family, order.index(family), palette[order.index(family) % len(palette)],
+                       shorten(f"{family} ({sizes[family]} severities)" if family in with_severity
+                               and sizes[family] > 1 else family, 36),
+                       None if severity is None else 0.3 + 0.65 * severity / top)
+            for family, severity in fams]
+
+
 def plot_calibration(results, *, title: str = "Calibration", max_entries: int = MAX_LEGEND) -> Figure:
     """Expected calibration error (percent) against accuracy, one colour per setting, the legend
-    to the right of the axes. With more than ``max_entries`` settings, as the HTML report's figure:
-    the settings of one shift family (``<base>+<family>.<severity>``) share a colour, darker at
-    higher severity, and one legend entry ``"<family> (k severities)"``."""
+    to the right of the axes. With more than ``max_entries`` settings, as the HTML report's figure
+    (:func:`family_looks`): the settings of one shift family (``<base>+<family>.<severity>``)
+    share a colour, darker at higher severity, and one legend entry ``"<family> (k severities)"``."""
     settings = sorted(results["setting"].astype(str).unique())
-    fams = {s: setting_family(s) for s in settings}
-    grouped = len(settings) > max_entries and len({f for f, _ in fams.values()}) < len(settings)
-    order = list(dict.fromkeys(fams[s][0] for s in settings)) if grouped else settings
-    palette = [c for c, _ in TYPE_STYLE.values()] + list(EXTRA_COLOURS)
-    top = max((k for _, k in fams.values() if k is not None), default=1)
-    sizes = {f: sum(1 for g, _ in fams.values() if g == f) for f in order}
+    looks = family_looks(settings) if len(settings) > max_entries else None
+    if looks is None:         # one entry per setting
+        palette = [c for c, _ in TYPE_STYLE.values()] + list(EXTRA_COLOURS)
+        looks = [FamilyLook(st, i, palette[i % len(palette)], shorten(st, 36), None) for i, st in enumerate(settings)]
+        grouped = False
+    else:
+        grouped = True
+    look = dict(zip(settings, looks))
     fig, ax = plt.subplots(figsize=(8.4 if grouped else 7.6, 4.8), dpi=120)
     labelled: set[str] = set()
     for setting, sub in results.groupby(results["setting"].astype(str), sort=True):
-        family, severity = fams[setting] if grouped else (setting, None)
-        alpha = 0.85 if severity is None else 0.3 + 0.65 * severity / top
-        label = None
-        if family not in labelled:
-            labelled.add(family)
-            label = f"{family} ({sizes[family]} severities)" if grouped and sizes[family] > 1 else family
-            if len(label) > 36:   # a long setting name (a path, say) would squeeze the axes
-                label = label[:17] + "…" + label[-17:]
-        ax.scatter(sub["accuracy"], sub["ece"], s=22, alpha=alpha, label=label, edgecolors="white", linewidths=0.4,
-                   color=palette[order.index(family) % len(palette)])
+        lk = look[setting]
+        first = lk.family not in labelled
+        labelled.add(lk.family)
+        ax.scatter(sub["accuracy"], sub["ece"], s=22, alpha=0.85 if lk.strength is None else lk.strength,
+                   label=lk.label if first else None, edgecolors="white", linewidths=0.4, color=lk.colour)
     ax.set_xlabel("top-1 accuracy (%)")
     ax.set_ylabel("expected calibration error (%)")
     ax.set_title(title, fontsize=10, loc="left")
     ax.grid(True, color="0.9", lw=0.6)
-    handles, labels = ax.get_legend_handles_labels()
-    legend = ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize=7, framealpha=0.9,
+    legend = ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize=7, framealpha=0.9,
                        title="setting family" if grouped else "setting", title_fontsize=7)
     for h in legend.legend_handles:        # the entry shows the family's colour at full strength
         h.set_alpha(0.95)

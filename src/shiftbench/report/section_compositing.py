@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from shiftbench.report.figures import TYPE_STYLE
+from shiftbench.report.figures import TYPE_STYLE, shorten
 from shiftbench.report.interactive import EXTRA_COLOURS, _layout, _round, plotly_text
 from shiftbench.report.sections import (
     Rendered,
@@ -136,7 +136,7 @@ def plot_compositing(rows: pd.DataFrame, *, title: str):
             ax.set_ylabel("object centre y")
         else:                       # one y axis for the row: the maps share their locations
             ax.tick_params(labelleft=False)
-        ax.set_title(model if len(model) <= 28 else model[:13] + "…" + model[-13:], fontsize=8)
+        ax.set_title(shorten(model, 28), fontsize=8)
     if image is not None:
         fig.colorbar(image, cax=fig.add_subplot(bottom[0, n]), label="accuracy / its 95th percentile")
     fig.suptitle(title, fontsize=10)

@@ -136,14 +136,20 @@ def _cell_text(rows: pd.DataFrame, value: str, with_n: bool = True) -> pd.DataFr
                              + (f" n={int(r['n_models'])}" if with_n else "") for _, r in rows.iterrows()])
 
 
+def _constant_n(corr) -> int | None:
+    """The model count of every cell when it is one number (then said once, in the title)."""
+    counts = corr.rows["n_models"].dropna().unique()
+    return int(counts[0]) if len(counts) == 1 else None
+
+
 def _heatmap(corr, value: str, title: str) -> go.Figure:
     """Metrics x task groups, one line of text per cell (rho and its interval); the model count
     is in each cell when it differs between cells, else once in the title (and always on hover)."""
     mat = corr.matrix(value)
-    counts = corr.rows["n_models"].dropna().unique()
-    same_n = len(counts) == 1
+    n = _constant_n(corr)
+    same_n = n is not None
     if same_n:
-        title = f"{title} (n={int(counts[0])} models per cell)"
+        title = f"{title} (n={n} models per cell)"
     text = _cell_text(corr.rows, value, with_n=not same_n).pivot(index="metric", columns="group", values="text")
     text = text.reindex(index=mat.index, columns=mat.columns)
     n = corr.rows.pivot(index="metric", columns="group", values="n_models").reindex(index=mat.index,
@@ -164,10 +170,10 @@ def _static(corr, title: str):
     mats = [corr.matrix(v) for v, _ in values]
     n = mats[0].shape[0]
     counts = corr.matrix("n_models")
-    ns = corr.rows["n_models"].dropna().unique()
-    same_n = len(ns) == 1
+    n_models = _constant_n(corr)
+    same_n = n_models is not None
     if same_n:        # said once in the title (as the HTML figure does), not in every cell
-        title = f"{title} (n={int(ns[0])} models per cell)"
+        title = f"{title} (n={n_models} models per cell)"
     fig, axes = plt.subplots(1, 2, figsize=(4.0 + 2.4 * mats[0].shape[1], 1.2 + (0.32 if same_n else 0.42) * n),
                              sharey=True)
     for ax, mat, (value, name) in zip(axes, mats, values):

@@ -46,8 +46,8 @@ from shiftbench.report.cache import ReportCache
 from shiftbench.report.figures import (
     FORMATS,
     MAX_LEGEND,
-    TYPE_STYLE,
     FigureWriter,
+    family_looks,
     plot_calibration,
     plot_corruption_correlation,
     plot_synthetic_vs_natural,
@@ -56,7 +56,6 @@ from shiftbench.report.figures import (
     setting_family,
 )
 from shiftbench.report.interactive import (
-    EXTRA_COLOURS,
     calibration_figure,
     correlation_bars,
     plotly_text,
@@ -755,33 +754,25 @@ def calibration_rows(results: pd.DataFrame | None) -> pd.DataFrame:
 def group_legend(fig: go.Figure, max_entries: int = MAX_LEGEND) -> go.Figure:
     """With more than ``max_entries`` traces, one legend entry per shift family: the traces of
     ``<base>+<family>.<severity>`` settings share a legend group (a click hides or shows the whole
-    family), its colour and one entry ``"<family> (k severities)"``, darker at higher severity.
-    The legend moves to the right of the plot. The figure is changed in place and returned."""
+    family), its colour and one entry ``"<family> (k severities)"``, darker at higher severity
+    (:func:`~shiftbench.report.figures.family_looks`, the static figures' rule too). The legend
+    moves to the right of the plot. The figure is changed in place and returned."""
     if len(fig.data) <= max_entries:
         return fig
-    fams = [setting_family(str(t.name)) for t in fig.data]
-    order = list(dict.fromkeys(f for f, _ in fams))
-    if len(order) == len(fig.data):   # nothing to group
+    looks = family_looks(str(t.name) for t in fig.data)
+    if looks is None:   # nothing to group
         return fig
-    palette = [c for c, _ in TYPE_STYLE.values()] + list(EXTRA_COLOURS)
-    sizes = {f: sum(1 for g, _ in fams if g == f) for f in order}
-    severities = [k for _, k in fams if k is not None]
-    top = max(severities, default=1)
     # the family's legend entry is its darkest (most severe) trace
-    entry = {f: max((i for i, (g, _) in enumerate(fams) if g == f), key=lambda i: fams[i][1] or 0) for f in order}
-    for i, (trace, (family, severity)) in enumerate(zip(fig.data, fams)):
-        colour = palette[order.index(family) % len(palette)]
-        label = f"{family} ({sizes[family]} severities)" if severity is not None and sizes[family] > 1 else family
-        if len(label) > 36:   # a long setting name (a path, say) would squeeze the plot; hover has it whole
-            label = label[:17] + "…" + label[-17:]
-        trace.update(legendgroup=family, showlegend=entry[family] == i, legendrank=order.index(family) + 1,
-                     marker=dict(color=colour, opacity=0.95 if severity is None else 0.3 + 0.65 * severity / top))
-        if entry[family] == i:
-            trace.update(name=plotly_text(label))
-    n_entries = len(order)
+    entry = {f: max((i for i, lk in enumerate(looks) if lk.family == f), key=lambda i: looks[i].strength or 0)
+             for f in dict.fromkeys(lk.family for lk in looks)}
+    for i, (trace, lk) in enumerate(zip(fig.data, looks)):
+        trace.update(legendgroup=lk.family, showlegend=entry[lk.family] == i, legendrank=lk.rank + 1,
+                     marker=dict(color=lk.colour, opacity=0.95 if lk.strength is None else lk.strength))
+        if entry[lk.family] == i:
+            trace.update(name=plotly_text(lk.label))
     fig.update_layout(legend=dict(x=1.02, xanchor="left", y=1, yanchor="top", groupclick="togglegroup",
                                   title=dict(text="setting family"), tracegroupgap=0, font=dict(size=10)),
-                      margin=dict(r=200), height=max(int(fig.layout.height or 480), 150 + 21 * n_entries))
+                      margin=dict(r=200), height=max(int(fig.layout.height or 480), 150 + 21 * len(entry)))
     return fig
 
 
