@@ -70,16 +70,36 @@ def test_content_security_policy_allows_exactly_the_inline_scripts(report):
     assert set(re.findall(r"'sha256-[^']+'", csp)) == wanted
 
 
-def test_static_figures_are_written_as_png_svg_and_pdf(report):
+def test_static_figures_are_written_as_png_and_pdf_by_default(report):
     path, _ = report
     out = path.parent
     for stem in ("tiny/imagenetv2", "tiny/imagenet-a", "tiny/synthetic_vs_natural", "tiny/corruption_correlation",
                  "calibration"):
         assert (out / f"{stem}.png").read_bytes()[:8] == PNG, stem
         assert (out / f"{stem}.pdf").read_bytes()[:4] == PDF, stem
-        assert b"<svg" in (out / f"{stem}.svg").read_bytes()[:2000], stem
+        assert not (out / f"{stem}.svg").exists(), "SVG only on request"
     assert not (out / "tiny" / "imagenet-sketch.png").exists()      # no trend, no paper figure
-    assert 'href="tiny/imagenetv2.svg"' in report[1]
+    assert 'href="tiny/imagenetv2.pdf"' in report[1] and 'imagenetv2.svg"' not in report[1]
+    assert "Static figures (PNG, PDF) and tables" in report[1]
+
+
+def test_cli_figure_formats_asks_for_svg_and_rejects_an_unknown_format(tmp_path):
+    csv = tiny_testbed().save(tmp_path / "mine.csv")
+    res = CliRunner().invoke(cli.app, ["report", "--testbed", str(csv), "-o", str(tmp_path / "rep"),
+                                       "--resamples", "20", "--figure-formats", "SVG, pdf"])
+    assert res.exit_code == 0, res.output
+    out = tmp_path / "rep" / "mine"
+    assert b"<svg" in (out / "imagenetv2.svg").read_bytes()[:2000]
+    assert (out / "imagenetv2.pdf").read_bytes()[:4] == PDF and not (out / "imagenetv2.png").exists()
+    assert 'href="mine/imagenetv2.svg"' in (tmp_path / "rep" / "index.html").read_text()
+    res = CliRunner().invoke(cli.app, ["report", "--testbed", str(csv), "-o", str(tmp_path / "bad"),
+                                       "--figure-formats", "png,gif"])
+    assert res.exit_code != 0 and "unknown format 'gif'" in str(res.exception)
+    assert not (tmp_path / "bad").exists(), "refused before any work"
+    res = CliRunner().invoke(cli.app, ["report", "--testbed", str(csv), "-o", str(tmp_path / "none"),
+                                       "--resamples", "20", "--figure-formats", "none"])
+    assert res.exit_code == 0, res.output
+    assert not list((tmp_path / "none").rglob("*.png")) and not list((tmp_path / "none").rglob("*.pdf"))
 
 
 def test_tables_are_written_as_csv_markdown_and_latex(report):

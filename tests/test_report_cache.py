@@ -240,4 +240,60 @@ def test_the_html_report_does_not_redraw_the_summarys_trend_pngs(tmp_path: Path)
     stamps = {p: p.stat().st_mtime_ns for p in pngs}
     write_html_report([tiny_testbed()], out, n_resamples=50)
     assert {p: p.stat().st_mtime_ns for p in pngs} == stamps
-    assert all(p.with_suffix(".svg").exists() and p.with_suffix(".pdf").exists() for p in pngs)
+    assert all(p.with_suffix(".pdf").exists() for p in pngs)
+
+
+# ---------------------------------------------------------------------------- prefetched analyses
+def _in_worker(x: int) -> tuple[int, int]:
+    return x * 2, os.getpid()
+
+
+def _refuses(x: int) -> int:
+    from shiftbench.errors import DataError
+
+    raise DataError(f"only {x} models")
+
+
+def _context(tmp_path: Path, workers: int = 1):
+    from shiftbench.report.sections import ReportContext
+
+    root = tmp_path / CACHE_DIR
+    return ReportContext(out_dir=tmp_path, testbeds=[], figures=FigureWriter(workers, cache=root),
+                         cache=ReportCache(root))
+
+
+def test_a_prefetched_analysis_runs_in_a_worker_and_memo_takes_its_result(tmp_path: Path):
+    ctx = _context(tmp_path)
+    ctx.prefetch("double", (_frame(), 21), _in_worker, 21)
+    ctx.prefetch("double", (_frame(), 21), _in_worker, 21)        # asked twice: started once
+    assert len(ctx._started) == 1
+    here = []
+    value, pid = ctx.memo("double", (_frame(), 21), lambda: here.append(1) or _in_worker(21))
+    ctx.figures.wait()
+    assert value == 42 and pid != os.getpid() and not here, "the worker's result, not computed again"
+    # kept for the next build: a new context finds it in the cache and starts nothing
+    again = _context(tmp_path)
+    again.prefetch("double", (_frame(), 21), _in_worker, 21)
+    assert not again._started
+    assert again.memo("double", (_frame(), 21), lambda: pytest.fail("recomputed")) == (42, pid)
+    # other inputs: computed afresh (a prefetch under other inputs is not taken)
+    again.prefetch("double", (_frame(0.7), 21), _in_worker, 5)
+    assert again.memo("double", (_frame(0.9), 21), lambda: (0, 0)) == (0, 0)
+    again.figures.wait()
+
+
+def test_a_prefetched_analysis_raises_its_own_errors_and_a_failed_worker_computes_here(tmp_path: Path):
+    from shiftbench.errors import DataError
+
+    ctx = _context(tmp_path)
+    ctx.prefetch("refused", (3,), _refuses, 3)
+    with pytest.raises(DataError, match="only 3 models"):
+        ctx.memo("refused", (3,), lambda: pytest.fail("a refusal is not retried"))
+    # an argument that cannot be pickled fails in the pool, not in the analysis: computed here
+    ctx.prefetch("lambda", (4,), _in_worker, lambda: 4)
+    assert ctx.memo("lambda", (4,), lambda: (8, os.getpid())) == (8, os.getpid())
+    ctx.figures.wait()
+    # without workers nothing is started and memo computes
+    inline = _context(tmp_path / "inline", workers=0)
+    inline.prefetch("double", (1,), _in_worker, 1)
+    assert not inline._started and inline.memo("double", (1,), lambda: (2, os.getpid())) == (2, os.getpid())

@@ -30,6 +30,7 @@ from shiftbench.cli_options import (  # noqa: F401  (re-exported: the commands' 
     ModelOpt,
     ModelsOpt,
     PatternArg,
+    FigureFormatsOpt,
     PivotOpt,
     ResamplesOpt,
     ScaleOpt,
@@ -464,8 +465,22 @@ def results_cmd(
 REFERENCE_TESTBEDS = ("imagenet-reference", "timm-reference")
 
 
+def _figure_formats(text: str) -> tuple[str, ...]:
+    """``--figure-formats png,pdf`` as ``(".png", ".pdf")``; ``none`` (or empty) for none."""
+    from shiftbench.report.figures import FORMATS  # deferred: loads Pillow, loads matplotlib, loads plotly, loads pyarrow
+
+    names = [f.strip().lower().lstrip(".") for f in text.split(",") if f.strip()]
+    if names in ([], ["none"]):
+        return ()
+    bad = [n for n in names if f".{n}" not in FORMATS]
+    if bad:
+        raise ConfigError(f"--figure-formats {text!r}: unknown format {bad[0]!r}; use png, svg and/or pdf "
+                          "(comma-separated), or none")
+    return tuple(dict.fromkeys(f".{n}" for n in names))
+
+
 def _html_report(testbeds, output: Path, *, store: Path | None, n_resamples: int, scale: str = "logit",
-                 shifts=None, highlight=(), cache: bool = True) -> Path:
+                 shifts=None, highlight=(), cache: bool = True, figure_formats: str = "png,pdf") -> Path:
     """write_html_report with a progress bar on stderr."""
     from shiftbench.report import (  # deferred: loads Pillow, loads matplotlib, loads plotly, loads pyarrow
         NATURAL_SHIFTS,
@@ -474,6 +489,7 @@ def _html_report(testbeds, output: Path, *, store: Path | None, n_resamples: int
     from shiftbench.report.html import n_steps  # deferred: loads Pillow, loads matplotlib, loads plotly, loads pyarrow
 
     shifts = NATURAL_SHIFTS if shifts is None else shifts
+    formats = _figure_formats(figure_formats)     # before any work or progress bar
     with _progress() as progress:
         task = progress.add_task("HTML report", total=n_steps(testbeds, shifts))
 
@@ -482,7 +498,8 @@ def _html_report(testbeds, output: Path, *, store: Path | None, n_resamples: int
             progress.advance(task)
 
         path = write_html_report(testbeds, output, store=store, shifts=shifts, n_resamples=n_resamples,
-                                 scale=scale, on_step=step, highlight=list(highlight) or None, cache=cache)
+                                 scale=scale, on_step=step, highlight=list(highlight) or None, cache=cache,
+                                 figure_formats=formats)
         progress.update(task, description="HTML report written")
     return path
 
@@ -496,6 +513,7 @@ def report_cmd(
     n_resamples: ResamplesOpt = 1000,
     cache: Annotated[bool, typer.Option("--cache/--no-cache", help="Reuse the slow analyses and unchanged "
                                         "figures of the last build (kept in OUTPUT/.shiftbench-cache).")] = True,
+    figure_formats: FigureFormatsOpt = "png,pdf",
 ) -> None:
     """Write a self-contained interactive HTML report (index.html) plus static figures and tables.
 
@@ -507,13 +525,14 @@ def report_cmd(
 
     if store is not None and not store.is_dir():   # before any work or progress bar
         raise ConfigError(f"{store}: no results store there; pass the --store directory that `shiftbench eval` wrote")
+    _figure_formats(figure_formats)
     if testbed:
         merged = _testbed(testbed, store)
         testbeds, highlight = [merged], merged.added
     else:
         testbeds, highlight = [load_testbed(t) for t in REFERENCE_TESTBEDS], []
     path = _html_report(testbeds, output, store=store, n_resamples=n_resamples, scale=scale, highlight=highlight,
-                        cache=cache)
+                        cache=cache, figure_formats=figure_formats)
     typer.echo(f"report: {path.resolve()}")
 
 
@@ -600,13 +619,15 @@ def demo_cmd(output: Annotated[Path, typer.Option("--output", "-o", help="Report
              models: Annotated[str, typer.Option("--models", help="all or small.")] = "all",
              n_test: Annotated[Optional[int], typer.Option("--n-test", help="Test digits per setting.")] = None,
              corruptions: Annotated[Optional[str], typer.Option("--corruptions", help="Comma-separated corruptions, "
-                                                                "or all.")] = None) -> None:
+                                                                "or all.")] = None,
+             figure_formats: FigureFormatsOpt = "png,pdf") -> None:
     """Analyse every natural shift of both reference testbeds; write summary.md and index.html."""
     from shiftbench.report import (  # deferred: loads Pillow, loads matplotlib, loads plotly, loads pyarrow
         NATURAL_SHIFTS,
         write_report,
     )
 
+    _figure_formats(figure_formats)     # a typo fails now, not after the digits testbed is trained
     start = time.perf_counter()
     names = list(REFERENCE_TESTBEDS)
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
@@ -630,7 +651,7 @@ def demo_cmd(output: Annotated[Path, typer.Option("--output", "-o", help="Report
     shifts = {tb.name: NATURAL_SHIFTS for tb in testbeds} | {tb.name: list(s) for tb, s in offline}
     store = workspace / "store" if digits else None     # its calibration, similarity, trajectories, attributes
     index = _html_report(testbeds + [tb for tb, _ in offline], output, store=store, n_resamples=n_resamples,
-                         shifts=shifts)
+                         shifts=shifts, figure_formats=figure_formats)
     typer.echo(f"html report ({time.perf_counter() - start:.1f} s): {index.resolve()}")
 
 

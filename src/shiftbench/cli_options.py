@@ -49,6 +49,8 @@ PivotOpt = Annotated[Optional[str], typer.Option(
     "--pivot", help="Fit a piecewise trend around this model's x accuracy (or a percentage), e.g. resnet50 "
     "for ImageNet-A.")]
 ResamplesOpt = Annotated[int, typer.Option("--resamples", help="Bootstrap resamples per band.")]
+FigureFormatsOpt = Annotated[str, typer.Option(
+    "--figure-formats", help="Static figure formats, comma-separated: png, svg, pdf (none: no static figures).")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of every random draw (same seed, same result).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON only.")]
 LongOpt = Annotated[bool, typer.Option("--long", "-l", help="Show a table with more columns.")]

@@ -117,12 +117,23 @@ class ReportCache:
         assert self.root is not None
         return self.root / f"{name}-{key[:40]}.pkl"
 
-    def get(self, name: str, inputs: Iterable[Any], compute: Callable[[], T], code: Iterable[Any] = ()) -> T:
+    @staticmethod
+    def key(name: str, inputs: Iterable[Any], code: Iterable[Any] = ()) -> str:
+        """The content hash :meth:`get` keys ``name`` by (the same in every process)."""
+        return content_hash(name, _versions(), tuple(code), tuple(inputs))
+
+    def holds(self, name: str, key: str) -> bool:
+        """Whether an earlier build kept the result of ``name`` under ``key`` (:meth:`get` would not compute)."""
+        return self.root is not None and self._path(name, key).exists()
+
+    def get(self, name: str, inputs: Iterable[Any], compute: Callable[[], T], code: Iterable[Any] = (),
+            key: str | None = None) -> T:
         """``compute()``, or its value from an earlier build whose ``inputs`` and ``code`` (modules
-        or functions whose source determines the result) hash the same."""
+        or functions whose source determines the result) hash the same (``key``: that hash, if
+        the caller has it: :meth:`key`)."""
         if self.root is None:
             return compute()
-        key = content_hash(name, _versions(), tuple(code), tuple(inputs))
+        key = key or self.key(name, inputs, code)
         path = self._path(name, key)
         self.used.add(path.name)
         if path.exists():

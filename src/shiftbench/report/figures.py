@@ -22,14 +22,16 @@ Readability rules shared with the interactive twin (:mod:`.interactive`):
 from __future__ import annotations
 
 import functools
+import os
 import re
 import sys
 import textwrap
 
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future
 from functools import lru_cache
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import matplotlib
 
@@ -87,7 +89,16 @@ DENSE_POINTS = 500
 #: Padding of every view, as a fraction of its span in scaled units.
 VIEW_PAD = 0.06
 TICKS = [0.001, 0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 20, 30, 40, 50, 60, 70, 80, 90, 95, 98, 99, 99.5, 99.9, 99.99]
+T = TypeVar("T")
+#: Figure workers run at this niceness: the main process, which builds the page and is the longest
+#: serial path of a report, keeps a core; the workers fill what it leaves.
+WORKER_NICENESS = 5
+#: Every format a static figure can be written in.
 FORMATS = (".png", ".svg", ".pdf")
+#: What a report writes unless asked (``figure_formats=``, ``--figure-formats``): PNG for slides and
+#: Markdown, PDF for LaTeX. SVG is on request: a third draw of every figure, about a quarter of a
+#: first report build's CPU, for a format a paper rarely takes.
+DEFAULT_FORMATS = (".png", ".pdf")
 
 
 class TypeLook(NamedTuple):
@@ -818,13 +829,27 @@ class FigureWriter:
     def _submit(self, fn: Callable, blob: bytes, stem: Path, formats: list[str], key: str | None) -> None:
         """``fn(blob, stem, formats, cache, key)`` in the worker process (started on first use)."""
         stem.parent.mkdir(parents=True, exist_ok=True)
+        self._pending.append(self._worker().submit(fn, blob, str(stem), formats,
+                                                   None if self.cache is None else str(self.cache), key))
+
+    def _worker(self):  # noqa: ANN202 - a ProcessPoolExecutor, imported lazily
         if self._pool is None:
             import multiprocessing as mp  # deferred: only when figures are written in the background
             from concurrent.futures import ProcessPoolExecutor  # deferred: as above
 
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("fork"))
-        self._pending.append(self._pool.submit(fn, blob, str(stem), formats,
-                                               None if self.cache is None else str(self.cache), key))
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("fork"),
+                                             initializer=os.nice, initargs=(WORKER_NICENESS,))
+        return self._pool
+
+    def compute(self, fn: Callable[..., T], *args: object, **kwargs: object) -> Future[T] | None:
+        """Run ``fn(*args, **kwargs)`` (a module-level function, picklable arguments) in a worker
+        process, queued with the figures; its future, or None without workers (the caller then
+        computes it itself). The report starts its slow analyses this way
+        (:meth:`~shiftbench.report.sections.ReportContext.prefetch`), so they run while the page
+        is built."""
+        if self.workers < 1:
+            return None
+        return self._worker().submit(fn, *args, **kwargs)
 
     def wait(self) -> None:
         """Block until every figure is written; the first worker error is raised here."""

@@ -43,8 +43,15 @@ from shiftbench.analysis.scaling import check_scale
 from shiftbench.errors import ConfigError, did_you_mean
 from shiftbench.reference import data_notes
 from shiftbench.report.cache import CACHE_DIR, ReportCache
-from shiftbench.report.figures import FORMATS, FigureWriter
-from shiftbench.report.sections import Rendered, ReportContext, TestbedReport, esc, render_sections
+from shiftbench.report.figures import DEFAULT_FORMATS, FORMATS, FigureWriter
+from shiftbench.report.sections import (
+    Rendered,
+    ReportContext,
+    TestbedReport,
+    esc,
+    prefetch_sections,
+    render_sections,
+)
 from shiftbench.report.shifts import NATURAL_SHIFTS, ShiftPair, analyse_shift
 from shiftbench.testbed import Testbed
 
@@ -179,6 +186,9 @@ def _body(ctx: ReportContext, title: str) -> str:
     """The page body: header, table of contents, then every section that has data."""
     groups: list[tuple[str, str, list[Rendered]]] = []
     blocks = []
+    for tbr in ctx.testbeds:            # the slow analyses start in the workers, beside the sections before them
+        prefetch_sections(ctx, "testbed", tbr)
+    prefetch_sections(ctx, "report", None)
     for r in render_sections(ctx, "front", None):          # "Your models" comes first
         groups.append((r.title, r.anchor, []))
         blocks.append(r.html)
@@ -196,11 +206,13 @@ def _body(ctx: ReportContext, title: str) -> str:
         blocks.append(r.html)
     ctx.step("writing index.html")
     names = ", ".join(f"{t.testbed.name} ({len(t.testbed)} models)" for t in ctx.testbeds)
+    formats = ", ".join(f[1:].upper() for f in ctx.figure_formats)
+    files = f"Static figures ({formats}) and tables" if formats else "Tables"
     return (f'<header class="sb-header" id="top"><h1>{esc(title)}</h1>'
             f"<p>Effective robustness under distribution shift: {esc(names)}.</p>"
             f"<p>Generated {esc(time.strftime('%Y-%m-%d %H:%M'))} by shiftbench. Figures: drag to zoom, "
-            "double-click to reset, click a legend entry to hide or show a model type. Static figures "
-            "(PNG, SVG, PDF) and tables (CSV, Markdown, LaTeX) are in the folders next to this file.</p></header>"
+            "double-click to reset, click a legend entry to hide or show a model type. "
+            f"{files} (CSV, Markdown, LaTeX) are in the folders next to this file.</p></header>"
             f'<div class="sb-layout">{_toc(groups)}<main>{"".join(blocks)}</main></div>')
 
 
@@ -225,7 +237,7 @@ def write_html_report(
     n_resamples: int = 1000,
     scale: str = "logit",
     seed: int = 0,
-    figure_formats: Sequence[str] = FORMATS,
+    figure_formats: Sequence[str] = DEFAULT_FORMATS,
     title: str = "shiftbench report",
     on_step: Callable[[str], None] | None = None,
     highlight: Sequence[str] | None = None,
@@ -248,7 +260,8 @@ def write_html_report(
     scale:
         Axis scaling of the trends: ``logit`` (default), ``probit`` or ``linear``.
     figure_formats:
-        Static figure formats (``.png``, ``.svg``, ``.pdf``); empty to skip static figures.
+        Static figure formats, any of ``.png``, ``.svg``, ``.pdf``; default PNG and PDF
+        (:data:`~shiftbench.report.figures.DEFAULT_FORMATS`); empty to skip static figures.
     on_step:
         Called with a short label at each step - every shift's fit, every shift's drawing, the
         other sections, the page - :func:`n_steps` times in all (for progress bars).

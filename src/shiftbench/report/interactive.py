@@ -8,6 +8,7 @@ HTML-escaped before it reaches plotly (:func:`plotly_text`), so plotly shows it 
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -74,7 +75,7 @@ def _layout(fig: go.Figure, title: str, x_title: str, y_title: str, height: int 
     plot's top left corner or, with ``legend_outside``, to the right of the plot area."""
     legend = (dict(x=1.02, y=1.0, xanchor="left", yanchor="top") if legend_outside
               else dict(x=0.01, y=0.99, xanchor="left", yanchor="top"))
-    fig.update_layout(
+    house = dict(
         template="none", height=height, font=FONT, paper_bgcolor="white", plot_bgcolor="white",
         title=dict(text=title, x=0.012, xanchor="left", y=1.0, yref="container", yanchor="top",
                    pad=dict(t=10), font=dict(size=14)),
@@ -84,8 +85,20 @@ def _layout(fig: go.Figure, title: str, x_title: str, y_title: str, height: int 
         hoverlabel=dict(align="left", font=dict(size=12)))
     axis = dict(showgrid=True, gridcolor=GRID, zeroline=False, linecolor="#888", showline=True, mirror=True,
                 ticks="outside", tickcolor="#888")
-    fig.update_xaxes(title=dict(text=x_title), **axis)
-    fig.update_yaxes(title=dict(text=y_title), **axis)
+    current = fig.layout.to_plotly_json()
+    for letter, text in (("x", x_title), ("y", y_title)):       # every x (y) axis, as update_xaxes would
+        for name in {f"{letter}axis", *(k for k in current if re.fullmatch(f"{letter}axis\\d*", k))}:
+            house[name] = dict(title=dict(text=text), **axis)
+    # one assignment, validated once: update_layout's relayout machinery took 15 ms a figure (2 s a report)
+    fig.layout = _merged(current, house)
+
+
+def _merged(base: dict, update: dict) -> dict:
+    """``base`` with ``update`` merged in, nested dicts key by key (``update_layout``'s rule)."""
+    out = dict(base)
+    for k, v in update.items():
+        out[k] = _merged(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
 
 
 def trend_figure(

@@ -59,6 +59,21 @@ class InformativenessSection(Section):
         return x is not None and len(informativeness_groups(tb.testbed, x, baseline=None,
                                                             min_models=self.min_models_per_group)) >= 2
 
+    def _job(self, ctx: ReportContext, tb: TestbedReport) -> tuple[tuple, dict]:
+        """The ranking's cache inputs and :func:`informativeness_ranking`'s parameters."""
+        t, x = tb.testbed, _id_setting(tb)
+        assert x is not None
+        params = dict(method=self.method, x=x, n_resamples=self.n_resamples, n_repeats=self.n_repeats,
+                      min_models_per_group=self.min_models_per_group, seed=ctx.seed)
+        # kept between builds: the ranking is a pure function of the testbed's tables and these
+        return (t.accuracies, t.sizes, t.metadata, params), params
+
+    def prefetch(self, ctx: ReportContext, tb: TestbedReport | None) -> None:
+        assert tb is not None
+        inputs, params = self._job(ctx, tb)
+        ctx.prefetch("informativeness", inputs, informativeness_ranking, tb.testbed, code=(informativeness,),
+                     **params)
+
     def render(self, ctx: ReportContext, tb: TestbedReport | None) -> list[Rendered]:
         assert tb is not None
         t, x = tb.testbed, _id_setting(tb)
@@ -68,11 +83,9 @@ class InformativenessSection(Section):
         recipe = (f"Recipe <code>{esc(info['name'])}</code>: {esc(info['description'])} "
                   f"({esc(info['paper'])}).")
         try:
-            params = dict(method=self.method, x=x, n_resamples=self.n_resamples, n_repeats=self.n_repeats,
-                          min_models_per_group=self.min_models_per_group, seed=ctx.seed)
-            # kept between builds: the ranking is a pure function of the testbed's tables and these
-            ranking = ctx.memo("informativeness", (t.accuracies, t.sizes, t.metadata, params),
-                               lambda: informativeness_ranking(t, **params), code=(informativeness,))
+            inputs, params = self._job(ctx, tb)
+            ranking = ctx.memo("informativeness", inputs, lambda: informativeness_ranking(t, **params),
+                               code=(informativeness,))
         except DataError as err:
             note = f'<p class="sb-note">{recipe} Nothing to rank: {esc(str(err))}</p>'
             return [Rendered(self.title, anchor, section_html(anchor, self.title, note))]

@@ -19,6 +19,7 @@ import itertools
 import json
 import re
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, TypeVar
@@ -44,7 +45,7 @@ from shiftbench.analysis.synthetic import (
 from shiftbench.errors import ConfigError, ShiftbenchError
 from shiftbench.report.cache import ReportCache
 from shiftbench.report.figures import (
-    FORMATS,
+    DEFAULT_FORMATS,
     MAX_LEGEND,
     FigureWriter,
     family_looks,
@@ -139,7 +140,7 @@ class ReportContext:
     scale: str = "logit"
     n_resamples: int = 1000
     seed: int = 0
-    figure_formats: Sequence[str] = FORMATS
+    figure_formats: Sequence[str] = DEFAULT_FORMATS
     on_step: Callable[[str], None] | None = None
     #: Models to highlight in every scatter and to place first, in the "Your models" section.
     highlight: tuple[str, ...] = ()
@@ -147,6 +148,8 @@ class ReportContext:
     figures: FigureWriter = field(default_factory=FigureWriter)
     #: results of slow analyses kept between builds (:mod:`.cache`; ``ReportCache(None)``: none)
     cache: ReportCache = field(default_factory=lambda: ReportCache(None))
+    #: analyses started in a worker by :meth:`prefetch`, by cache key, until :meth:`memo` takes them
+    _started: dict[str, Future] = field(default_factory=dict)
     _ids: itertools.count = field(default_factory=itertools.count)
     _anchors: set[str] = field(default_factory=set)
     steps: int = 0
@@ -180,8 +183,26 @@ class ReportContext:
     def memo(self, name: str, inputs: Sequence[object], compute: Callable[[], T], code: Sequence[object] = ()) -> T:
         """``compute()``, reused from the last build when ``inputs`` (tables, store stamps,
         parameters) and the source of ``code`` (modules or functions) are unchanged
-        (:class:`~shiftbench.report.cache.ReportCache`)."""
-        return self.cache.get(name, inputs, compute, code)
+        (:class:`~shiftbench.report.cache.ReportCache`), or taken from :meth:`prefetch`'s worker
+        when it was started there under the same name, inputs and code."""
+        key = self.cache.key(name, inputs, code)
+        started = self._started.pop(key, None)
+        if started is not None:
+            compute = functools.partial(_collect, started, compute)
+        return self.cache.get(name, inputs, compute, code, key=key)
+
+    def prefetch(self, name: str, inputs: Sequence[object], fn: Callable[..., object], *args: object,
+                 code: Sequence[object] = (), **kwargs: object) -> None:
+        """Start ``fn(*args, **kwargs)`` in a figure worker now (:meth:`FigureWriter.compute`), for
+        the later :meth:`memo` of the same ``name``, ``inputs`` and ``code`` to collect: a slow
+        analysis then runs beside the sections built before it. Nothing starts when the cache
+        holds the result or there are no workers; ``fn`` must be picklable (module level)."""
+        key = self.cache.key(name, inputs, code)
+        if key in self._started or self.cache.holds(name, key):
+            return
+        future = self.figures.compute(fn, *args, **kwargs)
+        if future is not None:
+            self._started[key] = future
 
     def link(self, path: Path) -> str:
         """A relative link to a file written under :attr:`out_dir`, labelled by its format."""
@@ -212,6 +233,18 @@ class ReportContext:
         return f'<p class="sb-files">{esc(what)}: {" · ".join(self.link(p) for p in paths)}</p>'
 
 
+def _collect(started: Future[T], compute: Callable[[], T]) -> T:
+    """The result of a prefetched analysis; its own errors (a :class:`ShiftbenchError`: too few
+    models, say) are raised as :meth:`ReportContext.memo` would raise them, and any other failure
+    of the worker (an argument that would not pickle, a worker that died) computes it here."""
+    try:
+        return started.result()
+    except ShiftbenchError:
+        raise
+    except Exception:  # noqa: BLE001 - the worker failed, not the analysis: compute it in this process
+        return compute()
+
+
 def clear_toolbar(fig: go.Figure, width: int) -> go.Figure:
     """Move a title that would reach plotly's toolbar (top right, shown on hover) below it: the
     title's width is estimated from its characters (``0.55 em`` each) against a ``width`` px box."""
@@ -240,6 +273,11 @@ class Section:
     def available(self, ctx: ReportContext, tb: TestbedReport | None) -> bool:
         """Whether the section has data to show (it is left out otherwise)."""
         return True
+
+    def prefetch(self, ctx: ReportContext, tb: TestbedReport | None) -> None:
+        """Start the section's slow analyses in a worker (:meth:`ReportContext.prefetch`) with
+        the same name, inputs and code its :meth:`render` passes to :meth:`ReportContext.memo`;
+        called, when :meth:`available`, for every section before the first renders."""
 
     def render(self, ctx: ReportContext, tb: TestbedReport | None) -> list[Rendered]:
         raise NotImplementedError
@@ -821,6 +859,15 @@ class CalibrationSection(Section):
                                         "Calibration of the models in the results store")))
         anchor = ctx.anchor(self.key)
         return [Rendered(self.title, anchor, section_html(anchor, self.title, "".join(parts), level=2))]
+
+
+def prefetch_sections(ctx: ReportContext, scope: str, tb: TestbedReport | None) -> None:
+    """:meth:`Section.prefetch` of every registered section of ``scope`` that overrides it and has data."""
+    for cls in _SECTIONS.values():
+        if cls.scope == scope and cls.prefetch is not Section.prefetch:
+            section = cls()
+            if section.available(ctx, tb):
+                section.prefetch(ctx, tb)
 
 
 def render_sections(ctx: ReportContext, scope: str, tb: TestbedReport | None,
