@@ -297,3 +297,14 @@ def test_a_prefetched_analysis_raises_its_own_errors_and_a_failed_worker_compute
     inline = _context(tmp_path / "inline", workers=0)
     inline.prefetch("double", (1,), _in_worker, 1)
     assert not inline._started and inline.memo("double", (1,), lambda: (2, os.getpid())) == (2, os.getpid())
+
+
+def test_analyses_run_at_the_pages_priority_and_figures_below_it():
+    from shiftbench.report.figures import WORKER_NICENESS
+
+    w = FigureWriter(1)
+    here = os.nice(0)
+    assert w.compute(os.nice, 0).result() == here, "the page waits for an analysis: same priority"
+    assert w._worker().submit(os.nice, 0).result() == min(here + WORKER_NICENESS, 19), "figures fill what is left"
+    w.wait()
+    assert FigureWriter(0).compute(os.nice, 0) is None, "no workers: the caller computes"

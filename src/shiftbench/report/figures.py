@@ -740,6 +740,7 @@ class FigureWriter:
         self.skipped = 0
         self.written = 0
         self._pool = None
+        self._analyses = None
         self._pending: list = []
 
     def _paths(self, stem: str | Path, formats: Iterable[str]) -> tuple[Path, list[str], list[Path]]:
@@ -834,22 +835,21 @@ class FigureWriter:
 
     def _worker(self):  # noqa: ANN202 - a ProcessPoolExecutor, imported lazily
         if self._pool is None:
-            import multiprocessing as mp  # deferred: only when figures are written in the background
-            from concurrent.futures import ProcessPoolExecutor  # deferred: as above
-
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("fork"),
-                                             initializer=os.nice, initargs=(WORKER_NICENESS,))
+            self._pool = _forked_pool(self.workers, WORKER_NICENESS)
         return self._pool
 
     def compute(self, fn: Callable[..., T], *args: object, **kwargs: object) -> Future[T] | None:
-        """Run ``fn(*args, **kwargs)`` (a module-level function, picklable arguments) in a worker
-        process, queued with the figures; its future, or None without workers (the caller then
-        computes it itself). The report starts its slow analyses this way
-        (:meth:`~shiftbench.report.sections.ReportContext.prefetch`), so they run while the page
-        is built."""
+        """Run ``fn(*args, **kwargs)`` (a module-level function, picklable arguments) in a
+        process of its own, one analysis after another, at the main process's priority (the page
+        waits for its result; the figure workers fill what is left); its future, or None without
+        workers (the caller then computes it itself). The report starts its slow analyses this
+        way (:meth:`~shiftbench.report.sections.ReportContext.prefetch`), so they run while the
+        page is built."""
         if self.workers < 1:
             return None
-        return self._worker().submit(fn, *args, **kwargs)
+        if self._analyses is None:
+            self._analyses = _forked_pool(1, 0)
+        return self._analyses.submit(fn, *args, **kwargs)
 
     def wait(self) -> None:
         """Block until every figure is written; the first worker error is raised here."""
@@ -858,9 +858,18 @@ class FigureWriter:
                 fut.result()
         finally:
             self._pending.clear()
-            if self._pool is not None:
-                self._pool.shutdown(wait=True, cancel_futures=True)
-                self._pool = None
+            for pool in (self._pool, self._analyses):
+                if pool is not None:
+                    pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = self._analyses = None
+
+
+def _forked_pool(workers: int, niceness: int):  # noqa: ANN202 - a ProcessPoolExecutor, imported lazily
+    """Forked worker processes (see :class:`FigureWriter`) at ``niceness``."""
+    import multiprocessing as mp  # deferred: only when figures are written in the background
+    from concurrent.futures import ProcessPoolExecutor  # deferred: as above
+
+    return ProcessPoolExecutor(workers, mp_context=mp.get_context("fork"), initializer=os.nice, initargs=(niceness,))
 
 
 def _type_legend_scatter(ax: Axes, frame, xcol: str, ycol: str) -> None:

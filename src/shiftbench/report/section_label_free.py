@@ -461,14 +461,22 @@ class LabelFreeSection(Section):
     def available(self, ctx: ReportContext, tb: TestbedReport | None) -> bool:
         return bool(self._shifts(ctx))
 
+    #: what the estimates are computed by (their cache key holds its source)
+    _code = (run_estimates, agreement, correctness)
+
+    def prefetch(self, ctx: ReportContext, tb: TestbedReport | None) -> None:
+        assert ctx.store is not None
+        shifts = self._shifts(ctx)
+        ctx.prefetch("label-free", (store_stamp(ctx.store), shifts), run_estimates, ctx.store, shifts,
+                     ctx.store_results, code=self._code)
+
     def render(self, ctx: ReportContext, tb: TestbedReport | None) -> list[Rendered]:
         anchor = ctx.anchor(self.key)
         assert ctx.store is not None
         shifts, store = self._shifts(ctx), ctx.store
         # kept between builds: the estimates are a pure function of the store's finished keys
         run = ctx.memo("label-free", (store_stamp(store), shifts),
-                       lambda: run_estimates(store, shifts, ctx.store_results),
-                       code=(run_estimates, agreement, correctness))
+                       lambda: run_estimates(store, shifts, ctx.store_results), code=self._code)
         parts = [self._intro(run)]
         if not run.shifts:
             parts.append('<p class="sb-reason">No shift could be estimated: '

@@ -72,6 +72,13 @@ def dissimilar_pairs(pairs: pd.DataFrame, n: int = TOP_PAIRS) -> pd.DataFrame:
                          "dominance prob.": top["dominance_probability"], "κ": top["error_consistency"]})
 
 
+def similarity_on(store, setting: str, models: list[str]):  # noqa: ANN001, ANN201 - Store -> (matrix, Similarity)
+    """The correctness matrix of ``models`` on ``setting`` and their pairwise similarity (module
+    level: the analysis worker computes it, :meth:`SimilaritySection.prefetch`)."""
+    matrix = correctness_matrix(store, setting, models=models)
+    return matrix, model_similarity(matrix)
+
+
 @register_section
 class SimilaritySection(Section):
     """Dominance probability, error consistency and unsolved examples per store setting."""
@@ -104,6 +111,13 @@ class SimilaritySection(Section):
     def available(self, ctx: ReportContext, tb: TestbedReport | None) -> bool:
         return len(self._settings(ctx)) > 0
 
+    def prefetch(self, ctx: ReportContext, tb: TestbedReport | None) -> None:
+        assert ctx.store is not None
+        for setting in drawn_settings(list(self._settings(ctx).index))[0]:
+            models = self._models(ctx, setting)
+            ctx.prefetch("similarity", (store_stamp(ctx.store), setting, models), similarity_on, ctx.store, setting,
+                         models, code=(correctness, similarity))
+
     def render(self, ctx: ReportContext, tb: TestbedReport | None) -> list[Rendered]:
         settings = self._settings(ctx)
         shown, shifted = drawn_settings(list(settings.index))
@@ -132,13 +146,8 @@ class SimilaritySection(Section):
         try:
             store, models = ctx.store, self._models(ctx, setting)
             # kept between builds: a pure function of the store's finished keys on this setting
-
-            def compute():
-                matrix = correctness_matrix(store, setting, models=models)
-                return matrix, model_similarity(matrix)
-
-            matrix, sim = ctx.memo("similarity", (store_stamp(store), setting, models), compute,
-                                   code=(correctness, similarity))
+            matrix, sim = ctx.memo("similarity", (store_stamp(store), setting, models),
+                                   lambda: similarity_on(store, setting, models), code=(correctness, similarity))
         except ShiftbenchError as exc:
             return head + f'not computed: {esc(exc)}.</p>'
         out_stem = ctx.out_dir / "similarity" / slug(setting)
