@@ -69,7 +69,7 @@ def _round(values: np.ndarray | pd.Series, digits: int) -> list[float | None]:
 
 
 def _layout(fig: go.Figure, title: str, x_title: str, y_title: str, height: int = 560, *,
-            legend_outside: bool = False, top: int = 70) -> None:
+            legend_outside: bool = False, top: int = 70, extra: dict | None = None) -> None:
     """The house layout: the title at the top left of the figure, in a top margin of ``top``
     pixels, so the modebar (top right, shown on hover) never sits on it; the legend inside the
     plot's top left corner or, with ``legend_outside``, to the right of the plot area."""
@@ -89,8 +89,9 @@ def _layout(fig: go.Figure, title: str, x_title: str, y_title: str, height: int 
     for letter, text in (("x", x_title), ("y", y_title)):       # every x (y) axis, as update_xaxes would
         for name in {f"{letter}axis", *(k for k in current if re.fullmatch(f"{letter}axis\\d*", k))}:
             house[name] = dict(title=dict(text=text), **axis)
-    # one assignment, validated once: update_layout's relayout machinery took 15 ms a figure (2 s a report)
-    fig.layout = _merged(current, house)
+    # one assignment, validated once: update_layout's relayout machinery took 15 ms a figure (2 s a report);
+    # ``extra`` (nested dicts) goes in the same assignment
+    fig.layout = _merged(_merged(current, house), extra or {})
 
 
 def _merged(base: dict, update: dict) -> dict:
@@ -228,13 +229,15 @@ def trend_figure(
         _annotate_highlighted(fig, [names[i] for i in at], xs[at], ys[at], xs, ys, tuple(view), fit, [])
 
     zoomed = view != full
+    axes: dict[str, dict] = {"xaxis": {"tickmode": "array"}, "yaxis": {"tickmode": "array"}}
+    for key, value in _view_layout(view, scale).items():
+        axis, prop = key.split(".")
+        axes[axis][prop] = value
     _layout(fig, plotly_text(title), plotly_text(axis_title(x, scale)), plotly_text(axis_title(y, scale)),
             # the zoom buttons sit between the title and the plot: 10 px more than the plain figure's top
-            height=580 if zoomed else 540, legend_outside=True, top=80 if zoomed else 50)
-    fig.update_layout(legend_itemsizing="constant")           # small dense markers stay visible there
-    fig.update_xaxes(tickmode="array")
-    fig.update_yaxes(tickmode="array")
-    fig.update_layout(_view_layout(view, scale))
+            height=580 if zoomed else 540, legend_outside=True, top=80 if zoomed else 50,
+            # small dense markers stay visible in the legend
+            extra={"legend": {"itemsizing": "constant"}, **axes})
     if zoomed:
         n_out = int((~inside).sum())
         fig.update_layout(updatemenus=[dict(
