@@ -3,10 +3,10 @@
 Builds the HTML report that ``shiftbench demo`` writes (both reference testbeds and the digits
 testbed with its results store and studies), from the workspace of an earlier ``make demo``:
 first into a new folder (cold: every analysis computed, every static figure drawn; with its CPU
-seconds, main process and figure workers, and the floor they set on this machine's cores), then again
-into the same folder (a rebuild: the slow analyses and unchanged figures come from the report's
-``.shiftbench-cache``), then once more with ``cache=False`` into that folder (everything
-computed and drawn again, for the side-by-side ratio). Prints each build's time, the time per
+seconds - main process, and its figure and analysis workers - and the floor they set on this
+machine's cores), then again into the same folder (a rebuild: the slow analyses and unchanged
+figures come from the report's ``.shiftbench-cache``), then once more with ``cache=False`` into
+that folder (everything computed and drawn again, for the side-by-side ratio). Prints each build's time, the time per
 section, and the page height at 1,400 px width in headless Chromium with each section's height,
 against issue 21's targets (a build <= 20 s; the page about a third of the 76,000 px the issue
 measured, i.e. <= ~25,000 px).
@@ -57,7 +57,7 @@ def demo_inputs(workspace: Path):
 
 
 def cpu_seconds() -> tuple[float, float]:
-    """CPU seconds (user + system) of this process and of its finished children (the figure workers)."""
+    """CPU seconds (user + system) of this process and of its finished children (the figure and analysis workers)."""
     import resource
 
     me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -133,7 +133,7 @@ def main() -> None:
     print(f"  build, cold (new folder)         {cold:6.1f} s (target <= 20 s): {'met' if cold <= 20 else 'NOT met'}")
     main_cpu, workers_cpu = cpu1[0] - cpu0[0], cpu1[1] - cpu0[1]
     cores = os.cpu_count() or 1
-    print(f"    its CPU: {main_cpu:.1f} s main process + {workers_cpu:.1f} s figure workers = "
+    print(f"    its CPU: {main_cpu:.1f} s main process + {workers_cpu:.1f} s figure and analysis workers = "
           f"{main_cpu + workers_cpu:.1f} s -> at best {(main_cpu + workers_cpu) / cores:.1f} s on {cores} cores")
     print(f"  rebuild (.shiftbench-cache)      {warm:6.1f} s (target <= 20 s): {'met' if warm <= 20 else 'NOT met'}")
     print(f"  rebuild with cache=False         {nocache:6.1f} s   -> the cache makes a rebuild "
