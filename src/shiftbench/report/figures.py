@@ -727,6 +727,8 @@ class FigureWriter:
     the worker only runs matplotlib (never torch or its OpenMP pool, which do not survive a fork).
     A figure that cannot be pickled is saved inline. ``workers=0`` saves everything inline.
 
+    :meth:`compute` runs the report's slow analyses in one more process, at the caller's priority.
+
     With ``cache`` (a folder: the report's ``.shiftbench-cache``), a file whose figure has the
     same content hash (SHA-256 of :func:`stable_pickle` and the matplotlib version) as when the
     file was last written, and which is unchanged on disk since, is not drawn again

@@ -443,6 +443,11 @@ class LabelFreeSection(Section):
 
     @staticmethod
     def _shifts(ctx: ReportContext) -> list[Shift]:
+        """The store's shifts with parts on both sides; once per build."""
+        return ctx.once("label-free shifts", lambda: LabelFreeSection._find_shifts(ctx))
+
+    @staticmethod
+    def _find_shifts(ctx: ReportContext) -> list[Shift]:
         if ctx.store is None:
             return []
         natural = [(a.shift.label, a.shift.x, a.shift.y) for t in ctx.testbeds for a in t.analyses]

@@ -87,7 +87,11 @@ class SimilaritySection(Section):
 
     def _settings(self, ctx: ReportContext) -> pd.Series:
         """Settings with at least two models that are not fine-tuning checkpoints (``<name>@step<k>``:
-        those belong to the trajectory section and would crowd the matrices)."""
+        those belong to the trajectory section and would crowd the matrices); once per build."""
+        return ctx.once("similarity settings", lambda: self._find_settings(ctx))
+
+    @staticmethod
+    def _find_settings(ctx: ReportContext) -> pd.Series:
         if ctx.store is None:
             return pd.Series(dtype=int)
         try:

@@ -150,6 +150,7 @@ class ReportContext:
     cache: ReportCache = field(default_factory=lambda: ReportCache(None))
     #: analyses started in a worker by :meth:`prefetch`, by cache key, until :meth:`memo` takes them
     _started: dict[str, Future] = field(default_factory=dict)
+    _once: dict[str, object] = field(default_factory=dict)
     _ids: itertools.count = field(default_factory=itertools.count)
     _anchors: set[str] = field(default_factory=set)
     steps: int = 0
@@ -191,10 +192,18 @@ class ReportContext:
             compute = functools.partial(_collect, started, compute)
         return self.cache.get(name, inputs, compute, code, key=key)
 
+    def once(self, name: str, compute: Callable[[], T]) -> T:
+        """``compute()`` the first time ``name`` is asked for in this build, then its value: a
+        section is instantiated for each call (``available``, ``prefetch``, ``render``), so what
+        they all read from the store is computed here once."""
+        if name not in self._once:
+            self._once[name] = compute()
+        return self._once[name]  # type: ignore[return-value]
+
     def prefetch(self, name: str, inputs: Sequence[object], fn: Callable[..., object], *args: object,
                  code: Sequence[object] = (), **kwargs: object) -> None:
-        """Start ``fn(*args, **kwargs)`` in a figure worker now (:meth:`FigureWriter.compute`), for
-        the later :meth:`memo` of the same ``name``, ``inputs`` and ``code`` to collect: a slow
+        """Start ``fn(*args, **kwargs)`` in the analysis process now (:meth:`FigureWriter.compute`),
+        for the later :meth:`memo` of the same ``name``, ``inputs`` and ``code`` to collect: a slow
         analysis then runs beside the sections built before it. Nothing starts when the cache
         holds the result or there are no workers; ``fn`` must be picklable (module level)."""
         key = self.cache.key(name, inputs, code)
