@@ -96,6 +96,9 @@ def test_cli_figure_formats_asks_for_svg_and_rejects_an_unknown_format(tmp_path)
                                        "--figure-formats", "png,gif"])
     assert res.exit_code != 0 and "unknown format 'gif'" in str(res.exception)
     assert not (tmp_path / "bad").exists(), "refused before any work"
+    res = CliRunner().invoke(cli.app, ["demo", "-o", str(tmp_path / "demo"), "--figure-formats", "eps"])
+    assert res.exit_code != 0 and "unknown format 'eps'" in str(res.exception)
+    assert not (tmp_path / "demo").exists(), "the demo refuses a typo before training anything"
     res = CliRunner().invoke(cli.app, ["report", "--testbed", str(csv), "-o", str(tmp_path / "none"),
                                        "--resamples", "20", "--figure-formats", "none"])
     assert res.exit_code == 0, res.output
