@@ -23,6 +23,7 @@ from shiftbench.analysis.corruption import RECIPE as MCE_RECIPE
 from shiftbench.analysis.placement import fitted_on_note, place_models
 from shiftbench.cli_options import (  # noqa: F401  (re-exported: the commands' modules import them from here too)
     DEFAULT_STORE,
+    FigureFormatsOpt,
     FitOnOpt,
     JsonOpt,
     ListTestbedOpt,
@@ -30,7 +31,6 @@ from shiftbench.cli_options import (  # noqa: F401  (re-exported: the commands' 
     ModelOpt,
     ModelsOpt,
     PatternArg,
-    FigureFormatsOpt,
     PivotOpt,
     ResamplesOpt,
     ScaleOpt,
@@ -480,8 +480,9 @@ def _figure_formats(text: str) -> tuple[str, ...]:
 
 
 def _html_report(testbeds, output: Path, *, store: Path | None, n_resamples: int, scale: str = "logit",
-                 shifts=None, highlight=(), cache: bool = True, figure_formats: str = "png,pdf") -> Path:
-    """write_html_report with a progress bar on stderr."""
+                 shifts=None, highlight=(), cache: bool = True, figure_formats: tuple[str, ...] = (".png", ".pdf")
+                 ) -> Path:
+    """write_html_report with a progress bar on stderr (``figure_formats``: :func:`_figure_formats`)."""
     from shiftbench.report import (  # deferred: loads Pillow, loads matplotlib, loads plotly, loads pyarrow
         NATURAL_SHIFTS,
         write_html_report,
@@ -489,7 +490,6 @@ def _html_report(testbeds, output: Path, *, store: Path | None, n_resamples: int
     from shiftbench.report.html import n_steps  # deferred: loads Pillow, loads matplotlib, loads plotly, loads pyarrow
 
     shifts = NATURAL_SHIFTS if shifts is None else shifts
-    formats = _figure_formats(figure_formats)     # before any work or progress bar
     with _progress() as progress:
         task = progress.add_task("HTML report", total=n_steps(testbeds, shifts))
 
@@ -499,7 +499,7 @@ def _html_report(testbeds, output: Path, *, store: Path | None, n_resamples: int
 
         path = write_html_report(testbeds, output, store=store, shifts=shifts, n_resamples=n_resamples,
                                  scale=scale, on_step=step, highlight=list(highlight) or None, cache=cache,
-                                 figure_formats=formats)
+                                 figure_formats=figure_formats)
         progress.update(task, description="HTML report written")
     return path
 
@@ -525,14 +525,14 @@ def report_cmd(
 
     if store is not None and not store.is_dir():   # before any work or progress bar
         raise ConfigError(f"{store}: no results store there; pass the --store directory that `shiftbench eval` wrote")
-    _figure_formats(figure_formats)
+    formats = _figure_formats(figure_formats)
     if testbed:
         merged = _testbed(testbed, store)
         testbeds, highlight = [merged], merged.added
     else:
         testbeds, highlight = [load_testbed(t) for t in REFERENCE_TESTBEDS], []
     path = _html_report(testbeds, output, store=store, n_resamples=n_resamples, scale=scale, highlight=highlight,
-                        cache=cache, figure_formats=figure_formats)
+                        cache=cache, figure_formats=formats)
     typer.echo(f"report: {path.resolve()}")
 
 
@@ -627,7 +627,7 @@ def demo_cmd(output: Annotated[Path, typer.Option("--output", "-o", help="Report
         write_report,
     )
 
-    _figure_formats(figure_formats)     # a typo fails now, not after the digits testbed is trained
+    formats = _figure_formats(figure_formats)     # a typo fails now, not after the digits testbed is trained
     start = time.perf_counter()
     names = list(REFERENCE_TESTBEDS)
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
@@ -651,7 +651,7 @@ def demo_cmd(output: Annotated[Path, typer.Option("--output", "-o", help="Report
     shifts = {tb.name: NATURAL_SHIFTS for tb in testbeds} | {tb.name: list(s) for tb, s in offline}
     store = workspace / "store" if digits else None     # its calibration, similarity, trajectories, attributes
     index = _html_report(testbeds + [tb for tb, _ in offline], output, store=store, n_resamples=n_resamples,
-                         shifts=shifts, figure_formats=figure_formats)
+                         shifts=shifts, figure_formats=formats)
     typer.echo(f"html report ({time.perf_counter() - start:.1f} s): {index.resolve()}")
 
 

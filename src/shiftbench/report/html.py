@@ -186,7 +186,7 @@ def _body(ctx: ReportContext, title: str) -> str:
     """The page body: header, table of contents, then every section that has data."""
     groups: list[tuple[str, str, list[Rendered]]] = []
     blocks = []
-    for tbr in ctx.testbeds:            # the slow analyses start in the workers, beside the sections before them
+    for tbr in ctx.testbeds:            # the slow analyses start in the analysis process, beside the sections
         prefetch_sections(ctx, "testbed", tbr)
     prefetch_sections(ctx, "report", None)
     for r in render_sections(ctx, "front", None):          # "Your models" comes first
