@@ -54,7 +54,6 @@ from shiftbench.correctness import (
     prediction_matrix,
 )
 from shiftbench.errors import ConfigError, ShiftbenchError
-from shiftbench.report.cache import store_stamp
 from shiftbench.report.figures import _fmt, _ticks
 from shiftbench.report.interactive import _layout, _round, plotly_text
 from shiftbench.report.sections import (
@@ -470,17 +469,16 @@ class LabelFreeSection(Section):
     _code = (run_estimates, agreement, correctness)
 
     def prefetch(self, ctx: ReportContext, tb: TestbedReport | None) -> None:
-        assert ctx.store is not None
         shifts = self._shifts(ctx)
-        ctx.prefetch("label-free", (store_stamp(ctx.store), shifts), run_estimates, ctx.store, shifts,
-                     ctx.store_results, code=self._code)
+        ctx.prefetch("label-free", (ctx.store_stamp(), shifts), run_estimates, ctx.store, shifts, ctx.store_results,
+                     code=self._code)
 
     def render(self, ctx: ReportContext, tb: TestbedReport | None) -> list[Rendered]:
         anchor = ctx.anchor(self.key)
         assert ctx.store is not None
         shifts, store = self._shifts(ctx), ctx.store
         # kept between builds: the estimates are a pure function of the store's finished keys
-        run = ctx.memo("label-free", (store_stamp(store), shifts),
+        run = ctx.memo("label-free", (ctx.store_stamp(), shifts),
                        lambda: run_estimates(store, shifts, ctx.store_results), code=self._code)
         parts = [self._intro(run)]
         if not run.shifts:

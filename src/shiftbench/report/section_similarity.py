@@ -22,7 +22,6 @@ from shiftbench.analysis.similarity import STANDARD, model_similarity, unsolved_
 from shiftbench.analysis.trajectory import is_checkpoint
 from shiftbench.correctness import correctness_matrix, similarity_settings
 from shiftbench.errors import ShiftbenchError
-from shiftbench.report.cache import store_stamp
 from shiftbench.report.sections import (
     Rendered,
     ReportContext,
@@ -115,12 +114,19 @@ class SimilaritySection(Section):
     def available(self, ctx: ReportContext, tb: TestbedReport | None) -> bool:
         return len(self._settings(ctx)) > 0
 
+    #: what the matrices are computed by (their cache key holds its source)
+    _code = (correctness, similarity)
+
+    def _inputs(self, ctx: ReportContext, setting: str) -> tuple[tuple, list[str]]:
+        """The cache inputs of ``setting``'s matrices - a pure function of the store's finished
+        keys on this setting - and the models compared."""
+        models = self._models(ctx, setting)
+        return (ctx.store_stamp(), setting, models), models
+
     def prefetch(self, ctx: ReportContext, tb: TestbedReport | None) -> None:
-        assert ctx.store is not None
         for setting in drawn_settings(list(self._settings(ctx).index))[0]:
-            models = self._models(ctx, setting)
-            ctx.prefetch("similarity", (store_stamp(ctx.store), setting, models), similarity_on, ctx.store, setting,
-                         models, code=(correctness, similarity))
+            inputs, models = self._inputs(ctx, setting)
+            ctx.prefetch("similarity", inputs, similarity_on, ctx.store, setting, models, code=self._code)
 
     def render(self, ctx: ReportContext, tb: TestbedReport | None) -> list[Rendered]:
         settings = self._settings(ctx)
@@ -148,10 +154,9 @@ class SimilaritySection(Section):
         assert ctx.store is not None
         head = f"<p><b>Similarity on {esc(setting)}</b>: "
         try:
-            store, models = ctx.store, self._models(ctx, setting)
-            # kept between builds: a pure function of the store's finished keys on this setting
-            matrix, sim = ctx.memo("similarity", (store_stamp(store), setting, models),
-                                   lambda: similarity_on(store, setting, models), code=(correctness, similarity))
+            inputs, models = self._inputs(ctx, setting)
+            matrix, sim = ctx.memo("similarity", inputs, lambda: similarity_on(ctx.store, setting, models),
+                                   code=self._code)
         except ShiftbenchError as exc:
             return head + f'not computed: {esc(exc)}.</p>'
         out_stem = ctx.out_dir / "similarity" / slug(setting)

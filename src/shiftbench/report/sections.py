@@ -43,7 +43,7 @@ from shiftbench.analysis.synthetic import (
     synthetic_effective_robustness,
 )
 from shiftbench.errors import ConfigError, ShiftbenchError
-from shiftbench.report.cache import ReportCache
+from shiftbench.report.cache import ReportCache, store_stamp
 from shiftbench.report.figures import (
     DEFAULT_FORMATS,
     MAX_LEGEND,
@@ -199,6 +199,12 @@ class ReportContext:
         if name not in self._once:
             self._once[name] = compute()
         return self._once[name]  # type: ignore[return-value]
+
+    def store_stamp(self) -> pd.DataFrame:
+        """:func:`~shiftbench.report.cache.store_stamp` of :attr:`store` (what every analysis of the
+        store is keyed by), read once per build."""
+        assert self.store is not None
+        return self.once("store stamp", lambda: store_stamp(self.store))
 
     def prefetch(self, name: str, inputs: Sequence[object], fn: Callable[..., object], *args: object,
                  code: Sequence[object] = (), **kwargs: object) -> None:
