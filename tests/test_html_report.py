@@ -278,3 +278,36 @@ def test_report_refuses_bad_input(tmp_path):
         write_html_report([tiny_testbed()], tmp_path / "file")
     res = CliRunner().invoke(cli.app, ["report", "--testbed", "imagenet-refrence", "-o", str(tmp_path / "r")])
     assert res.exit_code != 0 and isinstance(res.exception, ConfigError) and "did you mean" in str(res.exception)
+
+
+def test_cli_a_second_report_copies_the_first_reports_figures_and_shiftbench_cache_shows_them(tmp_path, monkeypatch):
+    shared = tmp_path / "shared"
+    monkeypatch.setenv("SHIFTBENCH_CACHE_DIR", str(shared))
+    csv = tiny_testbed().save(tmp_path / "mine.csv")
+
+    def report(out: str, *extra: str):
+        res = CliRunner().invoke(cli.app, ["report", "--testbed", str(csv), "-o", str(tmp_path / out),
+                                           "--resamples", "20", "--figure-formats", "png", *extra])
+        assert res.exit_code == 0, res.output
+
+    report("first")
+    res = CliRunner().invoke(cli.app, ["cache"])
+    assert res.exit_code == 0 and str(shared) in res.output
+    n = len(list((shared / "figures").glob("*.png")))
+    assert n >= 3 and f"{n} figure files" in res.output
+    # a figure the first report drew is copied, byte for byte, not drawn again
+    entry = next(p for p in (shared / "figures").glob("*.png")
+                 if p.read_bytes() == (tmp_path / "first" / "mine" / "imagenetv2.png").read_bytes())
+    entry.write_bytes(entry.read_bytes() + b"copied")
+    report("second")
+    assert (tmp_path / "second" / "mine" / "imagenetv2.png").read_bytes().endswith(b"copied")
+    assert len(list((shared / "figures").glob("*.png"))) == n           # nothing new to keep
+    report("third", "--no-cache")
+    assert not (tmp_path / "third" / "mine" / "imagenetv2.png").read_bytes().endswith(b"copied")
+    kept = len(list(shared.glob("*/*")))
+    res = CliRunner().invoke(cli.app, ["cache", "--clear"])
+    assert res.exit_code == 0 and f"removed {kept} entries" in res.output
+    assert not list(shared.glob("*/*"))
+    monkeypatch.setenv("SHIFTBENCH_CACHE_DIR", "off")
+    res = CliRunner().invoke(cli.app, ["cache"])
+    assert res.exit_code == 0 and "off" in res.output

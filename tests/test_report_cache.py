@@ -308,3 +308,99 @@ def test_analyses_run_at_the_pages_priority_and_figures_below_it():
     assert w._worker().submit(os.nice, 0).result() == min(here + WORKER_NICENESS, 19), "figures fill what is left"
     w.wait()
     assert FigureWriter(0).compute(os.nice, 0) is None, "no workers: the caller computes"
+
+
+# ---------------------------------------------------------------------------- the shared cache
+def test_the_shared_cache_folder_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    from shiftbench.report.cache import SharedCache, shared_cache_dir
+
+    monkeypatch.setenv("SHIFTBENCH_CACHE_DIR", str(tmp_path / "mine"))
+    assert shared_cache_dir() == tmp_path / "mine" and SharedCache.default().root == tmp_path / "mine"
+    for off in ("off", "", "none"):
+        monkeypatch.setenv("SHIFTBENCH_CACHE_DIR", off)
+        assert shared_cache_dir() is None and SharedCache.default() is None
+    monkeypatch.delenv("SHIFTBENCH_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert shared_cache_dir() == tmp_path / "xdg" / "shiftbench" / "report"
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_figure_drawn_for_one_report_is_copied_into_another_not_drawn(tmp_path: Path, workers: int):
+    from shiftbench.report.cache import SharedCache
+
+    shared = SharedCache(tmp_path / "shared")
+    first = FigureWriter(workers, cache=tmp_path / "a" / CACHE_DIR, shared=shared)
+    paths = first.save(_trend_figure(), tmp_path / "a" / "trend", [".png", ".pdf"])
+    first.wait()
+    assert (first.written, first.reused) == (2, 0)
+    other = FigureWriter(workers, cache=tmp_path / "b" / CACHE_DIR, shared=shared)
+    copies = other.save(_trend_figure(), tmp_path / "b" / "trend", [".png", ".pdf", ".svg"])
+    other.wait()
+    assert (other.written, other.skipped, other.reused) == (1, 2, 2)      # only the SVG is new
+    assert [p.read_bytes() for p in copies[:2]] == [p.read_bytes() for p in paths]
+    again = FigureWriter(workers, cache=tmp_path / "b" / CACHE_DIR, shared=shared)
+    again.save(_trend_figure(), tmp_path / "b" / "trend", [".png", ".pdf", ".svg"])
+    again.wait()
+    assert (again.written, again.reused) == (0, 0)                        # current in its own folder
+    fig = _trend_figure()
+    fig.axes[0].set_title("changed")
+    changed = FigureWriter(workers, cache=tmp_path / "c" / CACHE_DIR, shared=shared)
+    changed.save(fig, tmp_path / "c" / "trend", [".png"])
+    changed.wait()
+    assert (changed.written, changed.reused) == (1, 0)
+
+
+def test_an_analysis_computed_for_one_report_is_reused_by_another(tmp_path: Path):
+    from shiftbench.report.cache import SharedCache
+
+    shared, calls = SharedCache(tmp_path / "shared"), []
+
+    def compute():
+        calls.append(1)
+        return _frame().assign(score=len(calls))
+
+    first = ReportCache(tmp_path / "a", shared).get("ranking", (_frame(), 20), compute)
+    other = ReportCache(tmp_path / "b", shared)
+    assert other.holds("ranking", other.key("ranking", (_frame(), 20)))
+    pd.testing.assert_frame_equal(other.get("ranking", (_frame(), 20), compute), first)
+    assert len(calls) == 1 and len(list((tmp_path / "b").glob("ranking-*.pkl"))) == 1   # kept in b's own too
+    next((tmp_path / "shared" / "analyses").glob("*.pkl")).write_bytes(b"damaged")
+    assert ReportCache(tmp_path / "c", shared).get("ranking", (_frame(), 20), compute)["score"].iloc[0] == 2
+    assert ReportCache(None, shared).get("ranking", (_frame(), 20), compute)["score"].iloc[0] == 3   # no cache: none
+
+
+def test_the_shared_cache_drops_its_least_recently_used_entries_past_its_bound(tmp_path: Path):
+    from shiftbench.report.cache import SharedCache
+
+    shared = SharedCache(tmp_path, max_bytes=250)
+    for i, name in enumerate(("old", "mid", "new")):
+        shared.write("figures", name, bytes(100))
+        os.utime(shared.path("figures", name), ns=(10**18 + i * 10**9,) * 2)
+    assert shared.read("figures", "old") == bytes(100)                  # a read is a use
+    assert shared.prune() == 1
+    assert sorted(p.name for p in (tmp_path / "figures").iterdir()) == ["new", "old"]
+
+
+def test_a_report_built_into_a_new_folder_copies_what_the_last_one_drew(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch):
+    from shiftbench.report import figures as fig_module
+
+    store = calibration_store(tmp_path / "store")
+    write_html_report([tiny_testbed()], tmp_path / "first", store=store, n_resamples=50)
+    writers = []
+    real = fig_module.FigureWriter.wait
+
+    def wait(self):
+        writers.append(self)
+        return real(self)
+
+    monkeypatch.setattr(fig_module.FigureWriter, "wait", wait)
+    out = tmp_path / "second"
+    write_html_report([tiny_testbed()], out, store=store, n_resamples=50)
+    w = writers[-1]
+    assert w.written == 0 and w.reused == w.skipped > 0
+    first = sorted(p.relative_to(tmp_path / "first") for p in (tmp_path / "first").rglob("*.png"))
+    assert first == sorted(p.relative_to(out) for p in out.rglob("*.png"))
+    monkeypatch.setenv("SHIFTBENCH_CACHE_DIR", "off")
+    write_html_report([tiny_testbed()], tmp_path / "third", store=store, n_resamples=50)
+    assert writers[-1].reused == 0 and writers[-1].written == w.skipped

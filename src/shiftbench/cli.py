@@ -9,6 +9,7 @@ from __future__ import annotations
 import fnmatch
 import importlib
 import json
+import os
 import pkgutil
 import sys
 import time
@@ -512,7 +513,8 @@ def report_cmd(
     scale: ScaleOpt = "logit",
     n_resamples: ResamplesOpt = 1000,
     cache: Annotated[bool, typer.Option("--cache/--no-cache", help="Reuse the slow analyses and unchanged "
-                                        "figures of the last build (kept in OUTPUT/.shiftbench-cache).")] = True,
+                                        "figures of the last build (OUTPUT/.shiftbench-cache) and of any earlier "
+                                        "report on this machine (see `shiftbench cache`).")] = True,
     figure_formats: FigureFormatsOpt = "png,pdf",
 ) -> None:
     """Write a self-contained interactive HTML report (index.html) plus static figures and tables.
@@ -534,6 +536,30 @@ def report_cmd(
     path = _html_report(testbeds, output, store=store, n_resamples=n_resamples, scale=scale, highlight=highlight,
                         cache=cache, figure_formats=formats)
     typer.echo(f"report: {path.resolve()}")
+
+
+@app.command("cache")
+def cache_cmd(clear: Annotated[bool, typer.Option("--clear", help="Remove every entry.")] = False) -> None:
+    """Where the cache shared by every report on this machine is, and what it holds.
+
+    Reports keep their slow analyses and static figures there by content hash, so a report built
+    into a new folder copies what an earlier one computed and drew. Its folder is
+    $SHIFTBENCH_CACHE_DIR (off: none), else $XDG_CACHE_HOME/shiftbench/report, else
+    ~/.cache/shiftbench/report; it keeps at most 2 GiB, dropping the least recently used."""
+    from shiftbench.report.cache import SHARED_ENV, SharedCache  # deferred: loads pandas
+
+    shared = SharedCache.default()
+    if shared is None:
+        typer.echo(f"shared report cache: off ({SHARED_ENV}={os.environ.get(SHARED_ENV, '')!r})")
+        return
+    if clear:
+        typer.echo(f"shared report cache: {shared.root}: removed {shared.clear()} entries")
+        return
+    found = shared.entries()
+    kinds = {kind: sum(1 for _, _, p in found if p.parent.name == kind) for kind in ("analyses", "figures")}
+    size = sum(n for _, n, _ in found) / 1024**2
+    typer.echo(f"shared report cache: {shared.root}: {kinds['analyses']} analyses, {kinds['figures']} figure files, "
+               f"{size:.1f} MiB of at most {shared.max_bytes / 1024**3:.0f} GiB")
 
 
 def _offline_testbeds(output: Path, *, workspace: Path, data_dir: Path, models: str = "all",

@@ -15,6 +15,15 @@ unchanged.
 Entries not used by a finished build are removed at its end (:meth:`ReportCache.prune`), so the
 cache holds one build's worth. A damaged entry is recomputed, never trusted; deleting the
 folder is always safe. ``write_html_report(..., cache=False)`` (``--no-cache``) builds without it.
+
+Behind the report's own cache sits one shared by every report built on this machine
+(:class:`SharedCache`, in :func:`shared_cache_dir`: ``$SHIFTBENCH_CACHE_DIR``, else
+``$XDG_CACHE_HOME/shiftbench/report``, else ``~/.cache/shiftbench/report``): the same content
+hashes name the analyses' results and the figure files there, so a report built into a *new*
+folder - the same testbeds with one more model, say - copies every unchanged figure and result
+instead of drawing and computing it again (both reference testbeds' figures, for one). It is
+bounded (:data:`SHARED_MAX_BYTES`, least recently used entries removed first);
+``SHIFTBENCH_CACHE_DIR=off`` turns it off.
 """
 from __future__ import annotations
 
@@ -24,6 +33,7 @@ import inspect
 import json
 import os
 import pickle
+import shutil
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import ModuleType
@@ -32,16 +42,22 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 
-from shiftbench.store.files import atomic_write
+from shiftbench.store.files import atomic_write, atomic_write_with
 from shiftbench.version import __version__
 
 T = TypeVar("T")
 
 #: The folder, inside the report's directory, that holds the cache.
 CACHE_DIR = ".shiftbench-cache"
+#: The environment variable naming the folder of the cache shared by every report on this
+#: machine (:class:`SharedCache`); ``off`` (or empty) turns it off.
+SHARED_ENV = "SHIFTBENCH_CACHE_DIR"
+#: The shared cache's size bound: past it, the least recently used entries are removed.
+SHARED_MAX_BYTES = 2 * 1024**3
 
 
-def _versions() -> str:
+def code_versions() -> str:
+    """The shiftbench, numpy, pandas and matplotlib versions every cache key includes."""
     import matplotlib  # deferred: loads matplotlib
 
     return f"shiftbench {__version__}; numpy {np.__version__}; pandas {pd.__version__}; matplotlib {matplotlib.__version__}"
@@ -104,13 +120,122 @@ def store_stamp(store: Any) -> pd.DataFrame:
     return res[cols].astype(str).sort_values(cols).reset_index(drop=True)
 
 
+def shared_cache_dir() -> Path | None:
+    """The folder of the cache shared by every report on this machine: ``$SHIFTBENCH_CACHE_DIR``
+    (None when it is ``off``, ``none``, ``0`` or empty), else ``$XDG_CACHE_HOME/shiftbench/report``,
+    else ``~/.cache/shiftbench/report``."""
+    value = os.environ.get(SHARED_ENV)
+    if value is not None:
+        return None if value.strip().lower() in ("", "0", "off", "none", "false") else Path(value).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "shiftbench" / "report"
+
+
+class SharedCache:
+    """Analyses' results and figure files by content hash, shared by every report on this machine
+    (see the module docstring). Entries are written atomically (two builds at once never see half
+    a file), read ones are touched (their modification time is the last use) and :meth:`prune`
+    removes the least recently used past ``max_bytes``. A damaged entry is removed, never trusted."""
+
+    def __init__(self, root: str | Path, max_bytes: int = SHARED_MAX_BYTES) -> None:
+        self.root = Path(root)
+        self.max_bytes = max_bytes
+
+    @classmethod
+    def default(cls) -> SharedCache | None:
+        """The shared cache in :func:`shared_cache_dir`, or None when it is turned off."""
+        root = shared_cache_dir()
+        return cls(root) if root is not None else None
+
+    def path(self, kind: str, name: str) -> Path:
+        """Where the entry ``name`` of ``kind`` (``analyses`` or ``figures``) is kept."""
+        return self.root / kind / name
+
+    def has(self, kind: str, name: str) -> bool:
+        return self.path(kind, name).is_file()
+
+    def read(self, kind: str, name: str) -> bytes | None:
+        """The entry's bytes (and its use recorded), or None when it is not kept."""
+        path = self.path(kind, name)
+        try:
+            data = path.read_bytes()
+            os.utime(path)
+        except OSError:
+            return None
+        return data
+
+    def write(self, kind: str, name: str, data: bytes) -> None:
+        """Keep ``data`` as the entry (a cache that cannot be written is skipped, never an error)."""
+        try:
+            atomic_write(self.path(kind, name), data)
+        except OSError:
+            pass
+
+    def forget(self, kind: str, name: str) -> None:
+        """Remove a damaged entry."""
+        self.path(kind, name).unlink(missing_ok=True)
+
+    def copy_out(self, kind: str, name: str, dest: Path) -> bool:
+        """Copy the entry to ``dest`` (atomically); whether it was kept."""
+        src = self.path(kind, name)
+        try:
+            atomic_write_with(dest, lambda tmp: shutil.copyfile(src, tmp))
+            os.utime(src)
+        except OSError:
+            return False
+        return True
+
+    def copy_in(self, kind: str, name: str, src: Path) -> None:
+        """Keep a copy of the file ``src`` as the entry."""
+        try:
+            atomic_write_with(self.path(kind, name), lambda tmp: shutil.copyfile(src, tmp))
+        except OSError:
+            pass
+
+    def entries(self) -> list[tuple[int, int, Path]]:
+        """Every entry as (last use in ns, size in bytes, path)."""
+        found = []
+        for p in self.root.glob("*/*"):
+            try:
+                st = p.stat()
+            except OSError:
+                continue
+            if p.is_file():
+                found.append((st.st_mtime_ns, st.st_size, p))
+        return found
+
+    def clear(self) -> int:
+        """Remove every entry; returns how many."""
+        found = self.entries()
+        for _, _, p in found:
+            p.unlink(missing_ok=True)
+        return len(found)
+
+    def prune(self) -> int:
+        """Remove the least recently used entries until the cache holds at most ``max_bytes``;
+        returns how many were removed."""
+        entries = self.entries()
+        total = sum(size for _, size, _ in entries)
+        gone = 0
+        for _, size, p in sorted(entries, key=lambda e: e[0]):
+            if total <= self.max_bytes:
+                break
+            p.unlink(missing_ok=True)
+            total -= size
+            gone += 1
+        return gone
+
+
 class ReportCache:
     """Results of a report's deterministic analyses, kept between builds (see the module docstring).
 
-    ``root=None`` keeps nothing: every :meth:`get` computes."""
+    ``root=None`` keeps nothing: every :meth:`get` computes. ``shared``: the cache of every
+    report on this machine (:class:`SharedCache`), asked when ``root`` does not hold a result and
+    given each one computed."""
 
-    def __init__(self, root: str | Path | None) -> None:
+    def __init__(self, root: str | Path | None, shared: SharedCache | None = None) -> None:
         self.root = Path(root) if root is not None else None
+        self.shared = shared if root is not None else None
         self.used: set[str] = set()
 
     def _path(self, name: str, key: str) -> Path:
@@ -120,11 +245,14 @@ class ReportCache:
     @staticmethod
     def key(name: str, inputs: Iterable[Any], code: Iterable[Any] = ()) -> str:
         """The content hash :meth:`get` keys ``name`` by (the same in every process)."""
-        return content_hash(name, _versions(), tuple(code), tuple(inputs))
+        return content_hash(name, code_versions(), tuple(code), tuple(inputs))
 
     def holds(self, name: str, key: str) -> bool:
         """Whether an earlier build kept the result of ``name`` under ``key`` (:meth:`get` would not compute)."""
-        return self.root is not None and self._path(name, key).exists()
+        if self.root is None:
+            return False
+        path = self._path(name, key)
+        return path.exists() or (self.shared is not None and self.shared.has("analyses", path.name))
 
     def get(self, name: str, inputs: Iterable[Any], compute: Callable[[], T], code: Iterable[Any] = (),
             key: str | None = None) -> T:
@@ -142,6 +270,15 @@ class ReportCache:
                     return pickle.load(fh)  # noqa: S301 - written by this class into the user's own report folder
             except Exception:  # noqa: BLE001 - a damaged or foreign entry is recomputed, never trusted
                 path.unlink(missing_ok=True)
+        data = self.shared.read("analyses", path.name) if self.shared is not None else None
+        if data is not None:
+            try:
+                value = pickle.loads(data)  # noqa: S301 - written by this class into the user's own cache
+            except Exception:  # noqa: BLE001 - as above
+                self.shared.forget("analyses", path.name)
+            else:
+                atomic_write(path, data)
+                return value
         value = compute()
         try:
             data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
@@ -149,6 +286,8 @@ class ReportCache:
             return value
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, data)
+        if self.shared is not None:
+            self.shared.write("analyses", path.name, data)
         return value
 
     def prune(self) -> int:

@@ -48,6 +48,8 @@ from shiftbench.analysis.scaling import inverse, transform  # noqa: E402
 from shiftbench.analysis.trend import DEFAULT_FIT_ON, Band, TrendFit, bootstrap_band, fit_trend  # noqa: E402
 from shiftbench.errors import ConfigError  # noqa: E402
 from shiftbench.report.cache import (  # noqa: E402
+    SharedCache,
+    code_versions,
     content_hash,
     figure_is_current,
     figure_record_path,
@@ -685,31 +687,48 @@ def stable_pickle(fig: Figure) -> tuple[bytes, bool]:
     return buf.getvalue(), changed
 
 
-def _save_and_record(fig: Figure, stem: str, formats: list[str], cache: str | None, key: str | None) -> list[str]:
-    """Worker side of :class:`FigureWriter`: save ``fig`` in every format and record each file's
-    content hash (``cache``, ``key``) once it is written."""
+def _shared_name(key: str, path: Path) -> str:
+    """The name of the file drawn from the figure hashing to ``key`` in the shared cache."""
+    return key[:40] + path.suffix
+
+
+def _drawing_code(build: Callable[[], Figure]) -> tuple:
+    """The modules whose source a figure built by ``build`` depends on (part of its cache key):
+    this one, the builder's own and the trend fits' (a partial's function decides)."""
+    func = build.func if isinstance(build, functools.partial) else build
+    names = (__name__, getattr(func, "__module__", None), fit_trend.__module__, transform.__module__)
+    return tuple(sys.modules[n] for n in dict.fromkeys(names) if n in sys.modules)
+
+
+def _save_and_record(fig: Figure, stem: str, formats: list[str], cache: str | None, key: str | None,
+                     shared: str | None = None) -> list[str]:
+    """Worker side of :class:`FigureWriter`: save ``fig`` in every format, record each file's
+    content hash (``cache``, ``key``) once it is written and keep a copy in the ``shared`` cache
+    (:class:`~shiftbench.report.cache.SharedCache`)."""
     paths = save_figure_formats(fig, stem, formats)
     if cache is not None and key is not None:
         for p in paths:
             write_figure_record(Path(cache), key, p)
+            if shared is not None:
+                SharedCache(shared).copy_in("figures", _shared_name(key, p), p)
     return [str(p) for p in paths]
 
 
 def _save_pickled(blob: bytes, stem: str, formats: list[str], cache: str | None = None,
-                  key: str | None = None) -> list[str]:
+                  key: str | None = None, shared: str | None = None) -> list[str]:
     """Unpickle a figure, then :func:`_save_and_record`."""
     import pickle  # deferred: only the worker process unpickles figures
 
-    return _save_and_record(pickle.loads(blob), stem, formats, cache, key)  # noqa: S301 - our own figure
+    return _save_and_record(pickle.loads(blob), stem, formats, cache, key, shared)  # noqa: S301 - our own figure
 
 
 def _build_and_save(blob: bytes, stem: str, formats: list[str], cache: str | None = None,
-                    key: str | None = None) -> list[str]:
+                    key: str | None = None, shared: str | None = None) -> list[str]:
     """Build the figure from a pickled builder (``pickle.loads(blob)()``, :meth:`FigureWriter.save_lazily`),
     then :func:`_save_and_record`."""
     import pickle  # deferred: only the worker process unpickles builders
 
-    return _save_and_record(pickle.loads(blob)(), stem, formats, cache, key)  # noqa: S301 - our own builder
+    return _save_and_record(pickle.loads(blob)(), stem, formats, cache, key, shared)  # noqa: S301 - our own builder
 
 
 class FigureWriter:
@@ -733,14 +752,19 @@ class FigureWriter:
     same content hash (SHA-256 of :func:`stable_pickle` and the matplotlib version) as when the
     file was last written, and which is unchanged on disk since, is not drawn again
     (:attr:`skipped` and :attr:`written` count files): rebuilding a report redraws only what
-    changed.
+    changed. With ``shared`` too (:class:`~shiftbench.report.cache.SharedCache`: the cache of
+    every report on this machine), a file that is not current is copied from there when a figure
+    of the same content hash was drawn for any report before (:attr:`reused` counts those; they
+    are among the skipped), and every file drawn is kept there.
     """
 
-    def __init__(self, workers: int = 2, cache: str | Path | None = None) -> None:
+    def __init__(self, workers: int = 2, cache: str | Path | None = None, shared: SharedCache | None = None) -> None:
         self.workers = workers if sys.platform.startswith("linux") else 0
         self.cache = Path(cache) if cache is not None else None
+        self.shared = shared if cache is not None else None
         self.skipped = 0
         self.written = 0
+        self.reused = 0
         self._pool = None
         self._analyses = None
         self._pending: list = []
@@ -774,7 +798,7 @@ class FigureWriter:
         key = None
         if self.cache is not None:
             try:
-                key = content_hash("figure inputs", inputs, sys.modules[__name__], matplotlib.__version__)
+                key = content_hash("figure inputs", inputs, code_versions(), *_drawing_code(build))
             except TypeError:
                 key = None
             if key is not None and all(figure_is_current(self.cache, key, p) for p in paths):
@@ -798,13 +822,26 @@ class FigureWriter:
         return self._write(fig, stem, formats, paths, key, None)
 
     def _todo(self, formats: list[str], paths: list[Path], key: str | None) -> list[str]:
-        """The formats whose file is not current under ``key`` (every one without a key), counted
-        in :attr:`written` and the others in :attr:`skipped`."""
+        """The formats whose file is not current under ``key`` (every one without a key) and
+        cannot be copied from the shared cache, counted in :attr:`written` and the others in
+        :attr:`skipped` (the copied ones also in :attr:`reused`)."""
         todo = formats if key is None else [
             ext for ext, p in zip(formats, paths) if not figure_is_current(self.cache, key, p)]
+        if key is not None and self.shared is not None and todo:
+            copied = {ext for ext, p in zip(formats, paths) if ext in todo and self._copy_shared(key, p)}
+            self.reused += len(copied)
+            todo = [ext for ext in todo if ext not in copied]
         self.skipped += len(formats) - len(todo)
         self.written += len(todo)
         return todo
+
+    def _copy_shared(self, key: str, path: Path) -> bool:
+        """Copy the file drawn for ``key`` from the shared cache to ``path`` (and record it); whether it was there."""
+        assert self.shared is not None and self.cache is not None
+        if not self.shared.copy_out("figures", _shared_name(key, path), path):
+            return False
+        write_figure_record(self.cache, key, path)
+        return True
 
     def _write(self, fig: Figure, stem: Path, formats: list[str], paths: list[Path], key: str | None,
                blob: bytes | None) -> list[Path]:
@@ -821,9 +858,7 @@ class FigureWriter:
             except Exception:  # noqa: BLE001 - an unpicklable artist: save it here instead
                 blob = None
         if self.workers < 1 or blob is None:
-            for p in save_figure_formats(fig, stem, todo):
-                if key is not None and self.cache is not None:
-                    write_figure_record(self.cache, key, p)
+            _save_and_record(fig, stem, todo, None if self.cache is None else str(self.cache), key, self._shared_root())
             return paths
         plt.close(fig)
         self._submit(_save_pickled, blob, stem, todo, key)
@@ -833,7 +868,11 @@ class FigureWriter:
         """``fn(blob, stem, formats, cache, key)`` in the worker process (started on first use)."""
         stem.parent.mkdir(parents=True, exist_ok=True)
         self._pending.append(self._worker().submit(fn, blob, str(stem), formats,
-                                                   None if self.cache is None else str(self.cache), key))
+                                                   None if self.cache is None else str(self.cache), key,
+                                                   self._shared_root()))
+
+    def _shared_root(self) -> str | None:
+        return None if self.shared is None else str(self.shared.root)
 
     def _worker(self):  # noqa: ANN202 - a ProcessPoolExecutor, imported lazily
         if self._pool is None:
@@ -854,7 +893,8 @@ class FigureWriter:
         return self._analyses.submit(fn, *args, **kwargs)
 
     def wait(self) -> None:
-        """Block until every figure is written; the first worker error is raised here."""
+        """Block until every figure is written, then bound the shared cache
+        (:meth:`~shiftbench.report.cache.SharedCache.prune`); the first worker error is raised here."""
         try:
             for fut in self._pending:
                 fut.result()
@@ -864,6 +904,8 @@ class FigureWriter:
                 if pool is not None:
                     pool.shutdown(wait=True, cancel_futures=True)
             self._pool = self._analyses = None
+        if self.shared is not None:
+            self.shared.prune()
 
 
 def _forked_pool(workers: int, niceness: int):  # noqa: ANN202 - a ProcessPoolExecutor, imported lazily

@@ -42,7 +42,7 @@ from pathlib import Path
 from shiftbench.analysis.scaling import check_scale
 from shiftbench.errors import ConfigError, did_you_mean
 from shiftbench.reference import data_notes
-from shiftbench.report.cache import CACHE_DIR, ReportCache
+from shiftbench.report.cache import CACHE_DIR, ReportCache, SharedCache
 from shiftbench.report.figures import DEFAULT_FORMATS, FORMATS, FigureWriter
 from shiftbench.report.sections import (
     Rendered,
@@ -273,7 +273,10 @@ def write_html_report(
     cache:
         Keep the results of the slow analyses (metric informativeness, label-free estimates,
         model similarity) and a content hash of every static figure in
-        ``out_dir/.shiftbench-cache/``, so that a rebuild recomputes and redraws only what changed
+        ``out_dir/.shiftbench-cache/``, so that a rebuild recomputes and redraws only what changed,
+        and the same results and figure files by content hash in the cache shared by every report
+        on this machine (``$SHIFTBENCH_CACHE_DIR``, default ``~/.cache/shiftbench/report``), so that
+        a report built into a new folder copies what an earlier report already drew
         (:mod:`shiftbench.report.cache`); ``False`` computes and draws everything.
     """
     testbeds = _check_testbeds(testbeds)
@@ -290,10 +293,12 @@ def write_html_report(
     out.mkdir(parents=True, exist_ok=True)
     opened = _open_store(store)
     kept = out / CACHE_DIR if cache else None
+    shared = SharedCache.default() if cache else None
     ctx = ReportContext(out_dir=out, testbeds=[], store_results=opened.results() if opened else None, store=opened,
                         scale=scale,
                         n_resamples=n_resamples, seed=seed, figure_formats=tuple(figure_formats), on_step=on_step,
-                        highlight=marked, figures=FigureWriter(cache=kept), cache=ReportCache(kept))
+                        highlight=marked, figures=FigureWriter(cache=kept, shared=shared),
+                        cache=ReportCache(kept, shared))
     try:
         _analyse(ctx, testbeds, shifts)
         document = _document(title, _body(ctx, title))

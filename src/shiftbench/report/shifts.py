@@ -29,7 +29,7 @@ from shiftbench.analysis.placement import NATURAL_SHIFTS, ShiftPair, fit_shift, 
 from shiftbench.analysis.robustness import VERDICT_RULE, trend_verdicts
 from shiftbench.analysis.trend import DEFAULT_FIT_ON
 from shiftbench.errors import ConfigError, ShiftbenchError, did_you_mean
-from shiftbench.report.cache import CACHE_DIR
+from shiftbench.report.cache import CACHE_DIR, SharedCache
 from shiftbench.report.figures import FigureWriter, plot_trend, plot_trend_inputs
 from shiftbench.report.tables import placement_table
 from shiftbench.testbed import Testbed
@@ -104,11 +104,13 @@ def write_testbed_report(
     and return the Markdown section for it together with the analyses (``highlight``: models
     drawn as labelled stars in every figure). ``figures`` writes the PNGs (default: a
     :class:`~shiftbench.report.figures.FigureWriter` of its own, in the background, skipping a
-    PNG whose figure is unchanged since ``out_dir/.shiftbench-cache`` recorded it, and done before
+    PNG whose figure is unchanged since ``out_dir/.shiftbench-cache`` recorded it, copying one an earlier
+    report drew (:class:`~shiftbench.report.cache.SharedCache`), and done before
     this returns; a writer passed in is waited for by the caller)."""
     out = Path(out_dir) / testbed.name
     out.mkdir(parents=True, exist_ok=True)
-    writer = figures if figures is not None else FigureWriter(cache=Path(out_dir) / CACHE_DIR)
+    writer = figures if figures is not None else FigureWriter(cache=Path(out_dir) / CACHE_DIR,
+                                                              shared=SharedCache.default())
     results: list[ShiftAnalysis] = []
     try:
         for shift in shifts:
@@ -251,7 +253,8 @@ def write_report(
     yours = ["## Your models", "",
              "Effective robustness (pp, with its 95% interval) and its rank among the models of the testbed "
              "evaluated on both settings (1 = most effectively robust).", ""]
-    writer = FigureWriter(cache=out / CACHE_DIR)      # one background writer for every testbed's figures
+    # one background writer for every testbed's figures
+    writer = FigureWriter(cache=out / CACHE_DIR, shared=SharedCache.default())
     try:
         for tb in testbeds:
             mine = [m for m in marked if m in tb.models]
