@@ -404,3 +404,12 @@ def test_a_report_built_into_a_new_folder_copies_what_the_last_one_drew(tmp_path
     monkeypatch.setenv("SHIFTBENCH_CACHE_DIR", "off")
     write_html_report([tiny_testbed()], tmp_path / "third", store=store, n_resamples=50)
     assert writers[-1].reused == 0 and writers[-1].written == w.skipped
+
+
+def test_the_shared_cache_folder_is_its_owners_alone(tmp_path: Path):
+    from shiftbench.report.cache import SharedCache
+
+    shared = SharedCache(tmp_path / "cache" / "report")
+    shared.write("analyses", "x.pkl", b"1")
+    assert (tmp_path / "cache" / "report").stat().st_mode & 0o077 == 0
+    assert shared.read("analyses", "x.pkl") == b"1" and shared.read("analyses", "y.pkl") is None

@@ -23,7 +23,9 @@ hashes name the analyses' results and the figure files there, so a report built 
 folder - the same testbeds with one more model, say - copies every unchanged figure and result
 instead of drawing and computing it again (both reference testbeds' figures, for one). It is
 bounded (:data:`SHARED_MAX_BYTES`, least recently used entries removed first);
-``SHIFTBENCH_CACHE_DIR=off`` turns it off.
+``SHIFTBENCH_CACHE_DIR=off`` turns it off. Its analyses are unpickled, like the report's own: it is
+created readable and writable by its owner only, and ``SHIFTBENCH_CACHE_DIR`` should name a folder
+no one else can write.
 """
 from __future__ import annotations
 
@@ -152,7 +154,14 @@ class SharedCache:
         return self.root / kind / name
 
     def has(self, kind: str, name: str) -> bool:
+        """Whether the entry is kept."""
         return self.path(kind, name).is_file()
+
+    def _target(self, kind: str, name: str) -> Path:
+        """:meth:`path`, its folder created (the cache's own folder for its owner only)."""
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        (self.root / kind).mkdir(exist_ok=True)
+        return self.path(kind, name)
 
     def read(self, kind: str, name: str) -> bytes | None:
         """The entry's bytes (and its use recorded), or None when it is not kept."""
@@ -167,7 +176,7 @@ class SharedCache:
     def write(self, kind: str, name: str, data: bytes) -> None:
         """Keep ``data`` as the entry (a cache that cannot be written is skipped, never an error)."""
         try:
-            atomic_write(self.path(kind, name), data)
+            atomic_write(self._target(kind, name), data)
         except OSError:
             pass
 
@@ -188,7 +197,7 @@ class SharedCache:
     def copy_in(self, kind: str, name: str, src: Path) -> None:
         """Keep a copy of the file ``src`` as the entry."""
         try:
-            atomic_write_with(self.path(kind, name), lambda tmp: shutil.copyfile(src, tmp))
+            atomic_write_with(self._target(kind, name), lambda tmp: shutil.copyfile(src, tmp))
         except OSError:
             pass
 

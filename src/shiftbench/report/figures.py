@@ -872,6 +872,7 @@ class FigureWriter:
                                                    self._shared_root()))
 
     def _shared_root(self) -> str | None:
+        """The shared cache's folder, as the worker functions take it."""
         return None if self.shared is None else str(self.shared.root)
 
     def _worker(self):  # noqa: ANN202 - a ProcessPoolExecutor, imported lazily
