@@ -413,3 +413,12 @@ def test_the_shared_cache_folder_is_its_owners_alone(tmp_path: Path):
     shared.write("analyses", "x.pkl", b"1")
     assert (tmp_path / "cache" / "report").stat().st_mode & 0o077 == 0
     assert shared.read("analyses", "x.pkl") == b"1" and shared.read("analyses", "y.pkl") is None
+
+
+def test_a_testbed_hashes_by_what_it_holds():
+    tb = tiny_testbed()
+    assert content_hash(tb) == content_hash(tiny_testbed())
+    changed = tiny_testbed()
+    changed.accuracies.iloc[0, 0] += 0.01
+    assert content_hash(changed) != content_hash(tb)
+    assert content_hash(tb.select(list(tb.models)[:-1])) != content_hash(tb)

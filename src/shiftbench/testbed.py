@@ -154,6 +154,11 @@ class Testbed:
         #: testbed (set by ``load_testbed``); figures and the report highlight them
         self.added: list[str] = [m for m in dict.fromkeys(added) if m in self.accuracies.index]
 
+    def __content__(self) -> tuple:
+        """What the testbed holds, for :func:`~shiftbench.report.cache.content_hash` (the report's
+        cache keys): its name, metric, tables and added models."""
+        return (self.name, self.metric, self.accuracies, self.sizes, self.metadata, self.added)
+
     # ------------------------------------------------------------------ validation
     def _validated(self, acc: pd.DataFrame) -> pd.DataFrame:
         numeric = acc.apply(pd.to_numeric, errors="coerce").astype(float)

@@ -85,6 +85,8 @@ def _feed(h: Any, obj: Any) -> None:
     elif isinstance(obj, ModuleType) or inspect.isfunction(obj) or inspect.isclass(obj):
         path = inspect.getsourcefile(obj) if not isinstance(obj, ModuleType) else obj.__file__
         h.update(b"CODE" + (Path(path).read_bytes() if path and os.path.exists(path) else repr(obj).encode()))
+    elif callable(getattr(type(obj), "__content__", None)):
+        _feed(h, (type(obj).__qualname__, obj.__content__()))
     elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         _feed(h, (type(obj).__qualname__, [(f.name, getattr(obj, f.name)) for f in dataclasses.fields(obj)]))
     elif isinstance(obj, dict):
@@ -106,7 +108,8 @@ def _feed(h: Any, obj: Any) -> None:
 def content_hash(*parts: Any) -> str:
     """SHA-256 (hex) of ``parts``: frames and series by their values, index, columns and dtypes;
     arrays by dtype, shape and bytes; modules, functions and classes by their source file;
-    dataclasses by their fields; containers element by element. Equal inputs give equal hashes
+    an object with a ``__content__()`` method (a :class:`~shiftbench.testbed.Testbed`) by what it
+    returns; dataclasses by their fields; containers element by element. Equal inputs give equal hashes
     in any process (no ``id`` and no string-hash order enters it)."""
     h = hashlib.sha256()
     for p in parts:

@@ -791,9 +791,11 @@ class FigureWriter:
     def save_lazily(self, build: Callable[[], Figure], stem: str | Path, formats: Iterable[str] = FORMATS,
                     inputs: tuple = ()) -> list[Path]:
         """``save(build(), stem, formats)``, keyed instead by ``inputs`` - everything the figure is
-        drawn from (tables, fits, titles; :func:`plot_trend_inputs`) - and the source of this
-        module: when every file is current under that key, the figure is not even built. Inputs
-        that :func:`~shiftbench.report.cache.content_hash` cannot hash fall back to :meth:`save`."""
+        drawn from (tables, fits, titles; :func:`plot_trend_inputs`) - and the source of the code
+        that draws it (this module, the builder's, the trend fits'), plus the shiftbench version:
+        when every file is current under that key, the figure is not even built. A
+        ``functools.partial`` of a module-level function is built in the worker. Inputs that
+        :func:`~shiftbench.report.cache.content_hash` cannot hash fall back to :meth:`save`."""
         stem, formats, paths = self._paths(stem, formats)
         key = None
         if self.cache is not None:
@@ -804,10 +806,12 @@ class FigureWriter:
             if key is not None and all(figure_is_current(self.cache, key, p) for p in paths):
                 self.skipped += len(paths)
                 return paths
-        if key is not None and self.workers >= 1 and isinstance(build, functools.partial):
+        # a partial of a module-level function is built in the worker, off this process (with
+        # the cache on, only when it has a key: without one, save() keys the built figure)
+        if (key is not None or self.cache is None) and self.workers >= 1 and isinstance(build, functools.partial):
             import pickle  # deferred: only when figures are written in the background
 
-            try:                # a partial of a module-level function: built in the worker, off this process
+            try:
                 blob = pickle.dumps(build, protocol=pickle.HIGHEST_PROTOCOL)
             except Exception:  # noqa: BLE001 - an unpicklable argument: build it here instead
                 blob = None

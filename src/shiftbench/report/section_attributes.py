@@ -106,7 +106,7 @@ class AttributeShiftSection(Section):
             formats = {**{c: ".2f" for c in ("accuracy", "ci_low", "ci_high", "drop", "worst_group_accuracy")},
                        "worst_group_n": ".0f"}
             parts.append(compact(small_table(rows[cols], {c: f for c, f in formats.items() if c in cols})))
-            parts.append(file_row(ctx.static_figure(_static(rows, title), out / str(name)),
+            parts.append(file_row(ctx.static_plot(out / str(name), _static, rows, title),
                                   ctx.table(rows[cols], out / f"{name}-table", f"Attribute-controlled shifts: {name}")))
         anchor = ctx.anchor(self.key)
         return [Rendered(self.title, anchor, section_html(anchor, self.title, "".join(parts), level=2))]

@@ -206,7 +206,7 @@ class CompositingSection(Section):
         stem = ctx.out_dir / "compositing" / slug(dataset)
         cols = [c for c in ("model", "factor", "value", "label", "x", "y", "accuracy", "n", "normalised")
                 if c in sub.columns]
-        parts.append(file_row(ctx.static_figure(plot_compositing(sub, title=f"Object compositing on {dataset}"), stem),
+        parts.append(file_row(ctx.static_plot(stem, plot_compositing, sub, title=f"Object compositing on {dataset}"),
                               ctx.table(sub[cols].reset_index(drop=True), stem,
                                         f"Accuracy (%) per factor value on the composite dataset {dataset}")))
         return "".join(parts)

@@ -50,8 +50,8 @@ class TrendDiagnosticsSection(Section):
                                          {"r2": ".3f", "n_models": "d"}))]
         else:
             right = [f'<p class="sb-note">No shift is flagged in {esc(ctx.scale)} coordinates.</p>']
-        right.append(file_row(ctx.static_figure(plot_r2_heatmap(diag, title=f"r² per shift and scaling ({t.name})"),
-                                                tb.dir / "trend_diagnostics"),
+        right.append(file_row(ctx.static_plot(tb.dir / "trend_diagnostics", plot_r2_heatmap, diag,
+                                              title=f"r² per shift and scaling ({t.name})"),
                               ctx.table(diag, tb.dir / "trend_diagnostics", f"Trend diagnostics on {t.name}",
                                         "Diagnostics")))
         parts.append(pair_html(left, "".join(right)))

@@ -106,7 +106,7 @@ class InformativenessSection(Section):
                                                            "score_id": f"{x} only %", "score_metric": "+ setting %",
                                                            "n_models": "n"})
         shown["n"] = shown["n"].astype(int)
-        parts.append(file_row(ctx.static_figure(plot_informativeness(best, title=title), tb.dir / "informativeness"),
+        parts.append(file_row(ctx.static_plot(tb.dir / "informativeness", plot_informativeness, best, title=title),
                               ctx.table(with_method_columns(ranking), tb.dir / "informativeness",
                                         f"Informativeness of every setting beyond {x} accuracy on {t.name} "
                                         f"(recipe {info['name']}: {info['paper']})", "Full ranking"),

@@ -499,8 +499,8 @@ class LabelFreeSection(Section):
         parts.append(pair_html(ctx.plot(lines_figure(run, shown[0]), half=True),
                                ctx.plot(estimates_figure(points), half=True)))
         # each figure's files are named, and go on the row of the tables' files
-        files = [ctx.static_figure(plot_lines(run, shown), out / "lines").replace(">Figure:", ">Lines:", 1),
-                 ctx.static_figure(plot_estimates(points), out / "estimates").replace(">Figure:", ">Estimates:", 1)]
+        files = [ctx.static_plot(out / "lines", plot_lines, run, shown).replace(">Figure:", ">Lines:", 1),
+                 ctx.static_plot(out / "estimates", plot_estimates, points).replace(">Figure:", ">Estimates:", 1)]
         parts.append("<details><summary>How to read the lines, their verdict and the error table's columns"
                      "</summary><p>Grey: the agreement of every pair of models inside [5%, 98%] on both sets; black: "
                      "each model's accuracy; dashed: the agreement line, solid: the accuracy line (probit fits); the "

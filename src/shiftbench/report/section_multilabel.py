@@ -153,5 +153,5 @@ class MultiLabelSection(Section):
             "models)</summary>",
             '<div class="sb-table-scroll sb-ten-rows" style="white-space: nowrap">'
             + small_table(paper, {c: ".1f" for c in paper.columns if c != "model"}) + "</div></details>",
-            file_row(ctx.static_figure(_static(table, trends, title, ctx.scale), out / f"{name}-trend"),
+            file_row(ctx.static_plot(out / f"{name}-trend", _static, table, trends, title, ctx.scale),
                      ctx.table(paper, out / f"{name}-table", f"Multi-label shifts: {name} (mAP %)"))])

@@ -95,7 +95,7 @@ class ReplicationSection(Section):
             if scatter is not None:
                 parts.append(ctx.plot(scatter))
             stem = ctx.out_dir / "replication" / slug(name)
-            parts.append(ctx.static_figure(plot_replication(study, meta), stem))
+            parts.append(ctx.static_plot(stem, plot_replication, study, meta))
             shown = bins.assign(bin=[f"[{lo:g}, {hi:g}{']' if i == len(bins) - 1 else ')'}"
                                      for i, (lo, hi) in enumerate(zip(bins["lower"], bins["upper"]))])
             cols = {"bin": "bin", "count": "images", "share": "share"}

@@ -169,7 +169,7 @@ class ResolutionSection(Section):
         if sub["accuracy"].notna().any():
             parts.append(side_html("".join(side), ctx.plot(resolution_figure(sub, title=title), half=True)))
             stem = ctx.out_dir / "resolution" / slug(setting)
-            files.append(ctx.static_figure(plot_resolution(sub, title=title), stem))
+            files.append(ctx.static_plot(stem, plot_resolution, sub, title=title))
         else:
             parts.extend(side)
         shown = shown.assign(best=np.where(shown["best"].astype(bool), "★", ""),

@@ -179,7 +179,7 @@ class SimilaritySection(Section):
         sim.pairs.to_csv(out_stem.with_name(out_stem.name + "-pairs.csv"), index=False)
         parts.append(file_row(f"<h4>Most dissimilar pairs (top {min(TOP_PAIRS, len(sim.pairs))} by dominance "
                               "probability)</h4>",
-                              ctx.static_figure(plot_similarity_matrices(sim), out_stem),
+                              ctx.static_plot(out_stem, plot_similarity_matrices, sim),
                               f'<p class="sb-files">Every pair: '
                               f'{ctx.link(out_stem.with_name(out_stem.name + "-pairs.csv"))}</p>'))
         parts.append(compact(small_table(dissimilar_pairs(sim.pairs), {"acc. less %": ".2f", "acc. more %": ".2f",

@@ -128,10 +128,10 @@ class TrajectorySection(Section):
         er_fig.update_layout(height=height)
         left, right = [ctx.plot(scatter, half=True)], [ctx.plot(er_fig, half=True)]
         if ctx.figure_formats:
-            left.append(file_row(ctx.static_figure(plot_trajectory(tb.testbed, x, y, ers, fit=fit, band=band,
-                                                                   title=title), stem)))
-            right.append(file_row(ctx.static_figure(plot_trajectory_er(ers, by=by, title=er_title),
-                                                    stem.with_name(stem.name + "_er"))))
+            left.append(file_row(ctx.static_plot(stem, plot_trajectory, tb.testbed, x, y, ers, fit=fit, band=band,
+                                                 title=title)))
+            right.append(file_row(ctx.static_plot(stem.with_name(stem.name + "_er"), plot_trajectory_er, ers, by=by,
+                                                  title=er_title)))
         body.append(pair_html("".join(left), "".join(right)))
         table = pd.concat([e.assign(trajectory=n) for n, e in ers.items()], ignore_index=True)
         table = table[["trajectory", "step", "epoch", "x_acc", "y_acc", "predicted_y_acc", "effective_robustness"]]

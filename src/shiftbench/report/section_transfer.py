@@ -246,7 +246,7 @@ class TransferSection(Section):
                          shown, {c: ".1f" for c in shown.columns if c not in ("model", "n_tasks")} | {"n_tasks": "d"})
                      + "</div></details>")
         # every file of the section on one line: the figure, the correlations, the group means
-        parts.append(file_row(ctx.static_figure(_static(corr, title), out / "robustness-transfer"),
+        parts.append(file_row(ctx.static_plot(out / "robustness-transfer", _static, corr, title),
                               ctx.table(table, out / "robustness-transfer", "Spearman correlation of robustness "
                                         "metrics with mean transfer accuracy per task group", what="Correlations"),
                               ctx.table(shown, out / "transfer-group-means",

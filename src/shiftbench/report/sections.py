@@ -234,6 +234,14 @@ class ReportContext:
         paths = self.figures.save(fig, stem, self.figure_formats)
         return f'<p class="sb-files">Figure: {" · ".join(self.link(p) for p in paths)}</p>'
 
+    def static_plot(self, stem: Path, draw: Callable[..., object], *args: object, **kwargs: object) -> str:
+        """:meth:`static_figure` of ``draw(*args, **kwargs)`` (a module-level function returning a
+        matplotlib figure), built in the figure workers rather than here and keyed by its arguments
+        and its module's source (:meth:`static_figure_lazily`): while they are unchanged the figure
+        is not even built again."""
+        return self.static_figure_lazily(functools.partial(draw, *args, **kwargs), stem,
+                                         (draw, args, sorted(kwargs.items())))
+
     def static_figure_lazily(self, build: Callable[[], object], stem: Path, inputs: tuple) -> str:
         """:meth:`static_figure` of ``build()``, built only when a file is not current under
         ``inputs`` (:meth:`~shiftbench.report.figures.FigureWriter.save_lazily`)."""
@@ -652,16 +660,15 @@ class SyntheticSection(Section):
         table["recipe"] = "per-setting"
         # each figure's files and table under it, so the links take one line beside each other
         left = [ctx.plot(synthetic_figure(frame, natural_label=label, r=r, title=title), half=True),
-                file_row(ctx.static_figure(plot_synthetic_vs_natural(frame, natural_label=label, r=r,
-                                                                     title="Synthetic vs natural effective robustness "
-                                                                     "(recipe per-setting)"),
-                                           tb.dir / "synthetic_vs_natural"),
+                file_row(ctx.static_plot(tb.dir / "synthetic_vs_natural", plot_synthetic_vs_natural, frame,
+                                         natural_label=label, r=r,
+                                         title="Synthetic vs natural effective robustness (recipe per-setting)"),
                          ctx.table(table, tb.dir / "synthetic_vs_natural",
                                    f"Synthetic and {label} effective robustness (pp) on {tb.testbed.name}"))]
         right = [ctx.plot(correlation_bars(corr, natural_label=label, title=f"Per corruption: Pearson r with {label}"),
                           half=True),
-                 file_row(ctx.static_figure(plot_corruption_correlation(corr, natural_label=label),
-                                            tb.dir / "corruption_correlation"),
+                 file_row(ctx.static_plot(tb.dir / "corruption_correlation", plot_corruption_correlation, corr,
+                                          natural_label=label),
                           ctx.table(corr, tb.dir / "corruption_correlation",
                                     f"Correlation of per-corruption and {label} effective robustness on "
                                     f"{tb.testbed.name}", "Per-corruption table"))]
@@ -869,7 +876,7 @@ class CalibrationSection(Section):
                      'data-placeholder="Filter by model or setting…"></div>'
                      f'<script type="application/json" id="{esc(data_id)}">'
                      f'{json_for_script({"columns": cols, "rows": data})}</script></details>')
-        parts.append(file_row(ctx.static_figure(plot_calibration(rows), ctx.out_dir / "calibration"),
+        parts.append(file_row(ctx.static_plot(ctx.out_dir / "calibration", plot_calibration, rows),
                               ctx.table(rows, ctx.out_dir / "calibration",
                                         "Calibration of the models in the results store")))
         anchor = ctx.anchor(self.key)
