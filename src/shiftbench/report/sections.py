@@ -3,7 +3,9 @@
 A section is a class registered with :func:`register_section`. It declares its ``scope`` (once
 per testbed, or once per report), says in :meth:`Section.available` whether it has data, and
 renders HTML in :meth:`Section.render` - writing its static figures (PNG/SVG/PDF) and tables
-(CSV/Markdown/LaTeX) next to the report through the :class:`ReportContext`. A section without
+(CSV/Markdown/LaTeX) next to the report through the :class:`ReportContext`: a static figure is
+best passed as its drawing function and arguments (:meth:`ReportContext.static_plot`), so that it
+is built in the figure workers and never rebuilt while its arguments are unchanged. A section without
 data is simply left out: users never see placeholders. To add a section, subclass
 :class:`Section` in any module imported by :mod:`shiftbench.report.html` and decorate it.
 
@@ -791,7 +793,7 @@ def compact(html_text: str) -> str:
 
 
 def file_row(*parts: str) -> str:
-    """Links to written files (:meth:`ReportContext.static_figure`, :meth:`ReportContext.table`) on one
+    """Links to written files (:meth:`ReportContext.static_plot`, :meth:`ReportContext.table`) on one
     line, each block beside the last (wrapping on a narrow page) rather than one paragraph each."""
     return f'<div class="sb-filerow">{"".join(p for p in parts if p)}</div>'
 
