@@ -422,3 +422,24 @@ def test_a_testbed_hashes_by_what_it_holds():
     changed.accuracies.iloc[0, 0] += 0.01
     assert content_hash(changed) != content_hash(tb)
     assert content_hash(tb.select(list(tb.models)[:-1])) != content_hash(tb)
+
+
+def test_a_read_only_shared_cache_is_still_read_and_never_fails_a_build(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch):
+    """A team's cache on a read-only mount: entries are read and copied, touching, removing and
+    writing them fail quietly (the tests run as root, which ignores permission bits: the
+    filesystem's refusals are simulated)."""
+    from shiftbench.report.cache import SharedCache
+
+    shared = SharedCache(tmp_path / "shared", max_bytes=0)
+    shared.write("figures", "a.png", b"png")
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(30, "Read-only file system")
+
+    monkeypatch.setattr(os, "utime", refuse)
+    monkeypatch.setattr(Path, "unlink", refuse)
+    assert shared.read("figures", "a.png") == b"png"
+    assert shared.copy_out("figures", "a.png", tmp_path / "out" / "a.png") and (tmp_path / "out" / "a.png").exists()
+    assert not shared.copy_out("figures", "missing.png", tmp_path / "out" / "b.png")
+    assert shared.prune() == 0 and shared.clear() == 0 and shared.has("figures", "a.png")

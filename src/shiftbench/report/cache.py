@@ -171,9 +171,9 @@ class SharedCache:
         path = self.path(kind, name)
         try:
             data = path.read_bytes()
-            os.utime(path)
         except OSError:
             return None
+        _touch(path)
         return data
 
     def write(self, kind: str, name: str, data: bytes) -> None:
@@ -190,11 +190,13 @@ class SharedCache:
     def copy_out(self, kind: str, name: str, dest: Path) -> bool:
         """Copy the entry to ``dest`` (atomically); whether it was kept."""
         src = self.path(kind, name)
+        if not src.is_file():
+            return False
         try:
             atomic_write_with(dest, lambda tmp: shutil.copyfile(src, tmp))
-            os.utime(src)
         except OSError:
             return False
+        _touch(src)
         return True
 
     def copy_in(self, kind: str, name: str, src: Path) -> None:
@@ -217,11 +219,8 @@ class SharedCache:
         return found
 
     def clear(self) -> int:
-        """Remove every entry; returns how many."""
-        found = self.entries()
-        for _, _, p in found:
-            p.unlink(missing_ok=True)
-        return len(found)
+        """Remove every entry; returns how many were removed (a read-only cache keeps its own)."""
+        return sum(_remove(p) for _, _, p in self.entries())
 
     def prune(self) -> int:
         """Remove the least recently used entries until the cache holds at most ``max_bytes``;
@@ -232,10 +231,27 @@ class SharedCache:
         for _, size, p in sorted(entries, key=lambda e: e[0]):
             if total <= self.max_bytes:
                 break
-            p.unlink(missing_ok=True)
-            total -= size
-            gone += 1
+            if _remove(p):
+                total -= size
+                gone += 1
         return gone
+
+
+def _touch(path: Path) -> None:
+    """Record a use of a shared entry (its modification time); a read-only cache is still read."""
+    try:
+        os.utime(path)
+    except OSError:
+        pass
+
+
+def _remove(path: Path) -> bool:
+    """Remove a shared entry; whether it was removed (not on a read-only cache)."""
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        return False
+    return True
 
 
 class ReportCache:
