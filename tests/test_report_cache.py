@@ -443,3 +443,32 @@ def test_a_read_only_shared_cache_is_still_read_and_never_fails_a_build(tmp_path
     assert shared.copy_out("figures", "a.png", tmp_path / "out" / "a.png") and (tmp_path / "out" / "a.png").exists()
     assert not shared.copy_out("figures", "missing.png", tmp_path / "out" / "b.png")
     assert shared.prune() == 0 and shared.clear() == 0 and shared.has("figures", "a.png")
+
+
+def _bars(values: list[float]):
+    fig, ax = plt.subplots()
+    ax.bar(range(len(values)), values)
+    return fig
+
+
+def _lines(values: list[float]):
+    fig, ax = plt.subplots()
+    ax.plot(values)
+    return fig
+
+
+def test_two_functions_of_one_module_hash_apart_and_never_share_a_figure(tmp_path: Path):
+    """The key of a figure holds its drawing function's name, not only its module's source: two
+    figures drawn from the same arguments by two functions of one module are different files."""
+    import functools
+
+    from shiftbench.report.cache import SharedCache
+
+    assert content_hash(_bars) != content_hash(_lines)
+    shared = SharedCache(tmp_path / "shared")
+    w = FigureWriter(0, cache=tmp_path / "a" / CACHE_DIR, shared=shared)
+    bars = w.save_lazily(functools.partial(_bars, [1, 2]), tmp_path / "a" / "bars", [".png"], inputs=([1, 2],))
+    lines = w.save_lazily(functools.partial(_lines, [1, 2]), tmp_path / "a" / "lines", [".png"], inputs=([1, 2],))
+    w.wait()
+    assert (w.written, w.reused) == (2, 0)
+    assert bars[0].read_bytes() != lines[0].read_bytes()

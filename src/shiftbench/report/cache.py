@@ -84,7 +84,10 @@ def _feed(h: Any, obj: Any) -> None:
         h.update(np.ascontiguousarray(obj).tobytes() if obj.dtype != object else repr(obj.tolist()).encode())
     elif isinstance(obj, ModuleType) or inspect.isfunction(obj) or inspect.isclass(obj):
         path = inspect.getsourcefile(obj) if not isinstance(obj, ModuleType) else obj.__file__
-        h.update(b"CODE" + (Path(path).read_bytes() if path and os.path.exists(path) else repr(obj).encode()))
+        # the name too: two functions of one module are different code
+        name = obj.__name__ if isinstance(obj, ModuleType) else f"{obj.__module__}.{obj.__qualname__}"
+        h.update(b"CODE" + name.encode() + b"\0"
+                 + (Path(path).read_bytes() if path and os.path.exists(path) else repr(obj).encode()))
     elif callable(getattr(type(obj), "__content__", None)):
         _feed(h, (type(obj).__qualname__, obj.__content__()))
     elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
@@ -107,7 +110,7 @@ def _feed(h: Any, obj: Any) -> None:
 
 def content_hash(*parts: Any) -> str:
     """SHA-256 (hex) of ``parts``: frames and series by their values, index, columns and dtypes;
-    arrays by dtype, shape and bytes; modules, functions and classes by their source file;
+    arrays by dtype, shape and bytes; modules, functions and classes by their name and source file;
     an object with a ``__content__()`` method (a :class:`~shiftbench.testbed.Testbed`) by what it
     returns; dataclasses by their fields; containers element by element. Equal inputs give equal hashes
     in any process (no ``id`` and no string-hash order enters it)."""

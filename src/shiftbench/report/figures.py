@@ -22,6 +22,7 @@ Readability rules shared with the interactive twin (:mod:`.interactive`):
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import re
 import sys
@@ -693,11 +694,11 @@ def _shared_name(key: str, path: Path) -> str:
 
 
 def _drawing_code(build: Callable[[], Figure]) -> tuple:
-    """The modules whose source a figure built by ``build`` depends on (part of its cache key):
-    this one, the builder's own and the trend fits' (a partial's function decides)."""
+    """The code a figure built by ``build`` depends on (part of its cache key): this module, the
+    trend fits' and the builder itself (a partial's function: its name and its module's source)."""
     func = build.func if isinstance(build, functools.partial) else build
-    names = (__name__, getattr(func, "__module__", None), fit_trend.__module__, transform.__module__)
-    return tuple(sys.modules[n] for n in dict.fromkeys(names) if n in sys.modules)
+    modules = tuple(sys.modules[n] for n in dict.fromkeys((__name__, fit_trend.__module__, transform.__module__)))
+    return (*modules, func) if inspect.isfunction(func) else (*modules, repr(func))
 
 
 def _save_and_record(fig: Figure, stem: str, formats: list[str], cache: str | None, key: str | None,

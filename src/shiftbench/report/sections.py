@@ -239,10 +239,10 @@ class ReportContext:
     def static_plot(self, stem: Path, draw: Callable[..., object], *args: object, **kwargs: object) -> str:
         """:meth:`static_figure` of ``draw(*args, **kwargs)`` (a module-level function returning a
         matplotlib figure), built in the figure workers rather than here and keyed by its arguments
-        and its module's source (:meth:`static_figure_lazily`): while they are unchanged the figure
-        is not even built again."""
+        and its code (:meth:`static_figure_lazily`; the key holds ``draw``'s name and source):
+        while they are unchanged the figure is not even built again."""
         return self.static_figure_lazily(functools.partial(draw, *args, **kwargs), stem,
-                                         (draw, args, sorted(kwargs.items())))
+                                         (args, sorted(kwargs.items())))
 
     def static_figure_lazily(self, build: Callable[[], object], stem: Path, inputs: tuple) -> str:
         """:meth:`static_figure` of ``build()``, built only when a file is not current under
