@@ -52,6 +52,7 @@ test: $(STAMP) demo-data
 # report ~2 min: the demo's HTML report cold, rebuilt and uncached, and its page height)
 bench: $(STAMP) demo-data
 	$(BIN)/python bench/bootstrap.py
+	$(BIN)/python bench/views.py
 	$(BIN)/python bench/trend_routines.py
 	$(BIN)/python bench/engine.py
 	$(BIN)/python bench/multimodel.py

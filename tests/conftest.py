@@ -24,11 +24,31 @@ if str(FIXTURES) not in sys.path:
     sys.path.insert(0, str(FIXTURES))
 
 
+# hypothesis: no per-example deadline anywhere (a loaded machine must not fail a test by time)
+try:
+    from hypothesis import settings as _hypothesis_settings
+except ImportError:  # pragma: no cover - hypothesis is in the [test] extra
+    pass
+else:
+    _hypothesis_settings.register_profile("shiftbench", deadline=None)
+    _hypothesis_settings.load_profile("shiftbench")
+
+#: (outcome, block, reason) of every doc block, from the reports of tests/test_doc_blocks.py
+#: (they reach this process under pytest-xdist too)
+_DOC_BLOCKS: list[tuple[str, str, str]] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "teardown":
+        _DOC_BLOCKS.extend(tuple(value) for name, value in report.user_properties if name == "docblock")
+
+
 def pytest_terminal_summary(terminalreporter):
     """``docs: N blocks run, M marked not runnable offline: FILE:LINE (reason), ...`` after a run
     that included tests/test_doc_blocks.py (shown with -q too)."""
-    docblocks = sys.modules.get("docblocks")
-    line = docblocks.summary_line() if docblocks else None
+    import docblocks  # noqa: PLC0415 - tests/ helper, on sys.path under pytest's rootdir-relative import
+
+    line = docblocks.summary_line(sorted(set(_DOC_BLOCKS), key=_DOC_BLOCKS.index))
     if line:
         terminalreporter.write_line(line)
 

@@ -475,16 +475,15 @@ SETUPS = {"skimage-photos": _skimage_photos, "mnist-data": _mnist_data, "skimage
           "replication-toy-7": _replication_toy_7, "replication-imagenet-3": _replication_imagenet_3}
 
 # ------------------------------------------------------------------------------------ summary
-RAN: list[str] = []
-FAILED: list[str] = []
-SKIPPED: list[tuple[str, str]] = []
-
-
-def summary_line() -> str | None:
-    """``docs: 41 blocks run, 6 marked not runnable offline: README.md:7 (why), ...``."""
-    if not RAN and not SKIPPED:
+def summary_line(records: list[tuple[str, str, str]]) -> str | None:
+    """``docs: 41 blocks run, 6 marked not runnable offline: README.md:7 (why), ...`` from the
+    ``(outcome, block, reason)`` records the doc-block tests left in their reports."""
+    ran = [name for outcome, name, _ in records if outcome == "ran"]
+    failed_names = [name for outcome, name, _ in records if outcome == "failed"]
+    skipped_blocks = [(name, why) for outcome, name, why in records if outcome == "skipped"]
+    if not ran and not skipped_blocks:
         return None
-    skipped = ", ".join(f"{name} ({reason})" for name, reason in SKIPPED)
-    failed = f" ({len(FAILED)} failed: {', '.join(FAILED)})" if FAILED else ""
-    return (f"docs: {len(RAN)} blocks run{failed}, {len(SKIPPED)} marked not runnable offline"
+    skipped = ", ".join(f"{name} ({reason})" for name, reason in skipped_blocks)
+    failed = f" ({len(failed_names)} failed: {', '.join(failed_names)})" if failed_names else ""
+    return (f"docs: {len(ran)} blocks run{failed}, {len(skipped_blocks)} marked not runnable offline"
             + (f": {skipped}" if skipped else ""))

@@ -38,18 +38,21 @@ def doc_runs(tmp_path_factory):
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[f"{b.name}-{b.lang}" for b in BLOCKS])
-def test_doc_block(block, doc_runs, monkeypatch):
+def test_doc_block(block, doc_runs, monkeypatch, request):
+    # what ran and what was skipped reaches the summary line (tests/conftest.py) through the
+    # test's report, so it is counted under pytest-xdist as well
+    record = request.node.user_properties
     if block.skip:
-        D.SKIPPED.append((block.name, block.skip))
+        record.append(("docblock", ("skipped", block.name, block.skip)))
         pytest.skip(f"{block.name}: {block.skip}")
     run = doc_runs(block.path)
     monkeypatch.chdir(run.workdir)
-    D.RAN.append(block.name)
+    record.append(("docblock", ("ran", block.name, "")))
     try:
         run.run(block)
     except BaseException as exc:
         if not isinstance(exc, pytest.skip.Exception):
-            D.FAILED.append(block.name)
+            record.append(("docblock", ("failed", block.name, "")))
         raise
 
 

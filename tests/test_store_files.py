@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import multiprocessing as mp
-import time
 from pathlib import Path
 
 import filelock
@@ -46,11 +45,9 @@ def test_lock_excludes_a_second_process(tmp_path: Path) -> None:
         release.set()
         holder.join(60)
     assert holder.exitcode == 0
-    # released on exit: now it is free
-    t0 = time.monotonic()
+    # released on exit: now it is free (taken at once: a held lock would raise Timeout after 5 s)
     with file_lock(lock_path, timeout=5):
         pass
-    assert time.monotonic() - t0 < 5
 
 
 def test_lock_is_a_context_manager_and_released_on_error(tmp_path: Path) -> None:

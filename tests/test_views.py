@@ -5,7 +5,6 @@ import doctest
 import importlib
 import json
 import pickle
-import time
 from pathlib import Path
 
 import numpy as np
@@ -321,16 +320,14 @@ def _vid_robust_pmsets():
     return len(frames), anchors, members, offsets
 
 
-def test_pm_k_on_the_real_pm_sets_matches_a_loop_and_is_vectorised():
+def test_pm_k_on_the_real_pm_sets_matches_a_loop():
     n, anchors, members, offsets = _vid_robust_pmsets()
     assert len(anchors) == 1109 and n > 20_000
     correct = np.random.default_rng(5).random(n) < 0.97
     for k in (0, 4, 10):
         expected = np.mean([correct[a] and all(correct[m] for m, o in zip(ms, os) if abs(o) <= k)
                             for a, ms, os in zip(anchors, members, offsets)]) * 100
-        start = time.perf_counter()
         got, n_anchors = pm_k(correct, k=k, anchors=anchors, members=members, member_offsets=offsets)
-        assert time.perf_counter() - start < 0.5
         assert n_anchors == 1109 and got == pytest.approx(expected)
     # the per-frame form agrees when every frame belongs to one group
     group = np.repeat(np.arange(1109), [len(m) + 1 for m in members])
@@ -417,21 +414,7 @@ def test_views_are_values_hashable_and_picklable():
     assert "convention='superclass-max'" in repr(view)
 
 
-def test_apply_on_a_batch_of_256_imagenet_logits_takes_well_under_5_ms():
-    rng = np.random.default_rng(8)
-    x = rng.normal(size=(256, 1000)).astype(np.float32)
-    t = rng.integers(0, 1000, 256).tolist()
-    views = [FullView(), imagenet_a_view(), objectnet_view("argmax-all", True), video_view(targets_in_source_space=True)]
-    for view in views:
-        view.apply(x, t)
-        best = min(_timed(view, x, t) for _ in range(10))
-        assert best < 5e-3, (view.name, best)
-
-
-def _timed(view, x, t):
-    start = time.perf_counter()
-    view.apply(x, t)
-    return time.perf_counter() - start
+# speed of View.apply and pm_k: bench/views.py (timings vary with load; the suite asserts none)
 
 
 @pytest.mark.parametrize("module", ["shiftbench.views", "shiftbench.views.full", "shiftbench.views.subset",

@@ -23,14 +23,16 @@ a checkpoint, a study table) should use instead of its own copy:
 """
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import filelock
 
-__all__ = ["file_lock", "atomic_write", "atomic_write_with", "TMP_SUFFIX"]
+__all__ = ["file_lock", "atomic_write", "atomic_write_with", "name_slug", "TMP_SUFFIX"]
 
 #: Suffix of the temporary files :func:`atomic_write` / :func:`atomic_write_with` create.
 TMP_SUFFIX = ".tmp"
@@ -94,3 +96,21 @@ def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def name_slug(name: object, *, max_len: int = 48, lower: bool = False) -> str:
+    """A file-name stem for ``name`` that no other name shares: a readable slug (characters
+    outside ``[A-Za-z0-9._+=-]`` become ``-``, at most ``max_len`` of them, no leading dot)
+    plus ``-`` and the first 10 hex digits of the SHA-256 of the full name (DESIGN: "every name
+    on disk is derived injectively"). Names that differ only in ``/``, ``_``, ``-``, spaces or
+    case give different stems; the same name gives the same stem in every process.
+
+    >>> name_slug("folder:/data/good")
+    'folder-data-good-37b3b9f4af'
+    >>> name_slug("folder:/data_good") != name_slug("folder:/data/good")
+    True
+    """
+    text = str(name)
+    readable = re.sub(r"[^A-Za-z0-9._+=-]+", "-", text.lower() if lower else text).strip("-.")
+    readable = readable[:max_len].rstrip("-.") or "x"
+    return f"{readable}-{hashlib.sha256(text.encode('utf-8', 'surrogateescape')).hexdigest()[:10]}"
