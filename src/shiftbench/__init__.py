@@ -60,6 +60,7 @@ _LAZY = {
     "group_accuracy": "shiftbench.views.groups", "GroupAccuracy": "shiftbench.views.groups",
     "mean_average_precision": "shiftbench.views.multilabel", "MeanAveragePrecision": "shiftbench.views.multilabel",
     "resolution_sweep": "shiftbench.studies.resolution", "compositing_study": "shiftbench.studies.compositing",
+    "corrupt": "shiftbench.shifts.api",
 }
 
 
