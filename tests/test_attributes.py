@@ -12,8 +12,8 @@ import pytest
 from PIL import Image
 from typer.testing import CliRunner
 
-from shiftbench.datasets.attributes import (Binning, as_binning, balanced_sample, bin_values, stratified_counts,
-                                            stratified_sample)
+from shiftbench.datasets.attributes import (Binning, as_binning, balanced_sample, bin_values, split_file_name,
+                                            stratified_counts, stratified_sample)
 from shiftbench.studies.attributes import attribute_splits
 from shiftbench.datasets.manifest import manifest as read_manifest
 from shiftbench.errors import ConfigError, DataError
@@ -161,8 +161,9 @@ def test_class_name_labels_become_indices_of_the_sorted_names(tmp_path):
 def test_written_manifests_are_read_by_the_engine_with_hard_linked_images(grid, tmp_path):
     s = attribute_splits(grid, train={"colour": "red", "size": "small"}, id_test=0.25, seed=0)
     files = s.write(tmp_path / "out")
-    assert {p.name for p in files.values()} == {"train.csv", "id-test.csv", "ood-colour=blue.csv",
-                                                "ood-colour=green.csv", "ood-size=large.csv"}
+    assert {p.name for p in files.values()} == {"train.csv", "id-test.csv", "ood-colour=blue-2c48878220.csv",
+                                                "ood-colour=green-a69b8418a7.csv", "ood-size=large-3eb9477f59.csv"}
+    assert all(path.name == split_file_name(name) for name, path in files.items())
     for name, path in files.items():
         ds = read_manifest(path)
         assert len(ds) == len(s.frames[name])
@@ -175,7 +176,7 @@ def test_written_manifests_are_read_by_the_engine_with_hard_linked_images(grid, 
     assert summary["images"] == "link" and summary["train"] == {"colour": ["red"], "size": ["small"]}
     assert summary["splits"]["size=large"] == {
         "kind": "ood", "attribute": "size", "value": "large", "n": 3, "per_label": {"0": 2, "1": 1},
-        "file": "ood-size=large.csv", "setting": f"manifest:{files['size=large'].resolve()}"}
+        "file": split_file_name("size=large"), "setting": f"manifest:{files['size=large'].resolve()}"}
 
 
 def test_images_inside_the_output_folder_keep_relative_paths(grid):
@@ -193,7 +194,7 @@ def test_same_seed_gives_identical_files_and_another_seed_another_split(tmp_path
     texts = []
     for seed, out in ((3, "a"), (3, "b"), (4, "c")):
         attribute_splits(path, train={"colour": "red"}, seed=seed).write(tmp_path / out)
-        texts.append([(tmp_path / out / f).read_text() for f in ("train.csv", "id-test.csv", "ood-colour=blue.csv")])
+        texts.append([(tmp_path / out / split_file_name(f)).read_text() for f in ("train", "id-test", "colour=blue")])
     assert texts[0] == texts[1]
     assert texts[0][1] != texts[2][1] and texts[0][2] == texts[2][2]
 
@@ -201,8 +202,8 @@ def test_same_seed_gives_identical_files_and_another_seed_another_split(tmp_path
 def test_rewriting_removes_the_previous_carves_files(grid, tmp_path):
     attribute_splits(grid, train={"colour": "red", "size": "small"}, id_test=0.25).write(tmp_path / "o")
     attribute_splits(grid, train={"colour": "red"}, id_test=0.25).write(tmp_path / "o")
-    assert not (tmp_path / "o" / "ood-size=large.csv").exists()
-    assert (tmp_path / "o" / "ood-colour=green.csv").exists()
+    assert not (tmp_path / "o" / split_file_name("size=large")).exists()
+    assert (tmp_path / "o" / split_file_name("colour=green")).exists()
 
 
 def test_a_split_without_the_largest_label_is_flagged(tmp_path):
@@ -256,8 +257,8 @@ def test_carve_prints_the_sizes_table_and_writes_the_manifests(grid, tmp_path):
                                       "--id-test", "0.25", "-o", str(tmp_path / "o")])
     assert result.exit_code == 0, result.output
     line = next(ln for ln in result.output.splitlines() if "size=large" in ln)
-    assert [c.strip() for c in line.split("│")[1:-1]] == ["size=large", "ood-size=large.csv", "3", "2", "1"]
-    assert "wrote 5 manifests" in result.output and (tmp_path / "o" / "ood-colour=green.csv").is_file()
+    assert [c.strip() for c in line.split("│")[1:-1]] == ["size=large", split_file_name("size=large"), "3", "2", "1"]
+    assert "wrote 5 manifests" in result.output and (tmp_path / "o" / split_file_name("colour=green")).is_file()
     js = CliRunner().invoke(app, ["carve", "-m", str(grid), "--train", "colour=red,blue", "--json",
                                   "-o", str(tmp_path / "j")])
     assert json.loads(js.stdout)["train"] == {"colour": ["red", "blue"]}

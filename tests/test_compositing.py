@@ -22,6 +22,7 @@ from shiftbench.datasets.composite import (CompositeDataset, Foreground, composi
 from shiftbench.studies.compositing import (composite_setting, compositing_study, factor_accuracy, heatmap_from_study,
                                             location_heatmap)
 from shiftbench.store import Store
+from shiftbench.studies import study_name
 
 RED, GREEN, BLUE = (255, 0, 0), (0, 255, 0), (0, 0, 255)
 
@@ -358,7 +359,8 @@ def test_compositing_study_is_stored_and_a_rerun_replaces_it_without_a_forward_p
     store = Store(tmp_path / "store")
     first = compositing_study(colour_model, path, store=store)
     name = first.attrs["study"]
-    assert name == "colour_models.build__mini-si-score" and store.study_names("compositing") == [name]
+    assert name == study_name("colour_models.build", "mini-si-score") and store.study_names("compositing") == [name]
+    assert name.startswith("colour_models.build__mini-si-score-")
     stored = store.read_study("compositing", name)
     pd.testing.assert_frame_equal(stored, first.reset_index(drop=True), check_like=True)
     meta = store.study_meta("compositing", name)

@@ -213,7 +213,9 @@ def test_reduced_demo_end_to_end_through_the_engine(demo):
     assert (acc["mnist-test"] > 50).all() and (acc["mnist-test"] > acc["uci-digits"]).mean() > 0.5
     report = out["report"].read_text()
     assert "## What the data shows" in report and "cnn-w4-e1-pgd" in report
-    assert (out["report_dir"] / "digits" / "uci-digits.png").is_file()
+    from shiftbench.report.tables import file_slug
+
+    assert (out["report_dir"] / "digits" / f"{file_slug('UCI digits')}.png").is_file()
     rel = (out["report_dir"] / "digits" / "relative_robustness.csv").read_text()
     assert "cnn-w4-e1-gauss,ROBUST_INTV,cnn-w4-e1" in rel
     assert not (out["workspace"] / "demo-run.json").exists()
@@ -294,7 +296,7 @@ def test_corrupted_results_store_says_what_to_delete_and_rerun(demo, tmp_path):
     shutil.copytree(out["workspace"], ws)
     done = sorted((ws / "store" / "done").glob("*.json"))[0]
     done.write_text('{"accuracy": 9')
-    with pytest.raises(StoreError, match=rf"{done.name}: corrupted.*delete it.*rerun `make demo`"):
+    with pytest.raises(StoreError, match=rf"{done.name}: not a finished result, unreadable.*remove it.*rerun `make demo`"):
         run_digits_demo(ws, tmp_path / "report", data_dir=DATA, **SMALL)
 
 

@@ -124,7 +124,9 @@ def test_composite_study_counts_every_factor_value_and_is_stored(demo, workspace
     assert sorted(study[study.factor == "background"]["label"]) == ["black", "brick", "grass", "gravel"]
     heat = heatmap_from_study(study)
     assert heat.shape == (3, 3) and list(heat.index) == [0.35, 0.5, 0.65]
-    stored = Store(workspace / "store").read_study("compositing", "cnn-w2-e1__digits-si-score")
+    from shiftbench.studies.base import study_name
+
+    stored = Store(workspace / "store").read_study("compositing", study_name("cnn-w2-e1", "digits-si-score"))
     assert len(stored) == len(study)
 
 

@@ -124,7 +124,8 @@ def test_limit_evaluates_the_first_examples_under_its_own_key(val, tmp_path, mon
     full = run(val, ["val"], tmp_path / "store")
     assert res.loc["val", "n_examples"] + res.loc["val", "n_skipped"] == 3
     assert full.loc["val", "n_examples"] == 6
-    assert len(Store(tmp_path / "store").results()) == 2
+    assert len(Store(tmp_path / "store").results(history=True)) == 2
+    assert Store(tmp_path / "store").results()["n_examples"].tolist() == [6]   # the quick look never hides it
 
 
 def test_wrong_output_width_and_nan_logits_name_the_model(val, tmp_path, monkeypatch):

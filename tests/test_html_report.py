@@ -24,6 +24,7 @@ from shiftbench.errors import ConfigError  # noqa: E402
 from shiftbench.report import NATURAL_SHIFTS, ShiftPair, write_html_report  # noqa: E402
 from shiftbench.report.html import n_steps  # noqa: E402
 from shiftbench.report.sections import list_sections  # noqa: E402
+from shiftbench.report.tables import file_slug  # noqa: E402
 
 PNG, PDF = b"\x89PNG\r\n\x1a\n", b"%PDF"
 MB = 1_000_000
@@ -73,13 +74,14 @@ def test_content_security_policy_allows_exactly_the_inline_scripts(report):
 def test_static_figures_are_written_as_png_and_pdf_by_default(report):
     path, _ = report
     out = path.parent
-    for stem in ("tiny/imagenetv2", "tiny/imagenet-a", "tiny/synthetic_vs_natural", "tiny/corruption_correlation",
+    v2, a = file_slug("ImageNetV2"), file_slug("ImageNet-A")     # a shift's figure: its label's slug and hash
+    for stem in (f"tiny/{v2}", f"tiny/{a}", "tiny/synthetic_vs_natural", "tiny/corruption_correlation",
                  "calibration"):
         assert (out / f"{stem}.png").read_bytes()[:8] == PNG, stem
         assert (out / f"{stem}.pdf").read_bytes()[:4] == PDF, stem
         assert not (out / f"{stem}.svg").exists(), "SVG only on request"
-    assert not (out / "tiny" / "imagenet-sketch.png").exists()      # no trend, no paper figure
-    assert 'href="tiny/imagenetv2.pdf"' in report[1] and 'imagenetv2.svg"' not in report[1]
+    assert not (out / "tiny" / f"{file_slug('ImageNet-Sketch')}.png").exists()      # no trend, no paper figure
+    assert f'href="tiny/{v2}.pdf"' in report[1] and f'{v2}.svg"' not in report[1]
     assert "Static figures (PNG, PDF) and tables" in report[1]
 
 
@@ -88,10 +90,10 @@ def test_cli_figure_formats_asks_for_svg_and_rejects_an_unknown_format(tmp_path)
     res = CliRunner().invoke(cli.app, ["report", "--testbed", str(csv), "-o", str(tmp_path / "rep"),
                                        "--resamples", "20", "--figure-formats", "SVG, pdf"])
     assert res.exit_code == 0, res.output
-    out = tmp_path / "rep" / "mine"
-    assert b"<svg" in (out / "imagenetv2.svg").read_bytes()[:2000]
-    assert (out / "imagenetv2.pdf").read_bytes()[:4] == PDF and not (out / "imagenetv2.png").exists()
-    assert 'href="mine/imagenetv2.svg"' in (tmp_path / "rep" / "index.html").read_text()
+    out, v2 = tmp_path / "rep" / "mine", file_slug("ImageNetV2")
+    assert b"<svg" in (out / f"{v2}.svg").read_bytes()[:2000]
+    assert (out / f"{v2}.pdf").read_bytes()[:4] == PDF and not (out / f"{v2}.png").exists()
+    assert f'href="mine/{v2}.svg"' in (tmp_path / "rep" / "index.html").read_text()
     res = CliRunner().invoke(cli.app, ["report", "--testbed", str(csv), "-o", str(tmp_path / "bad"),
                                        "--figure-formats", "png,gif"])
     assert res.exit_code != 0 and "unknown format 'gif'" in str(res.exception)
@@ -297,13 +299,13 @@ def test_cli_a_second_report_copies_the_first_reports_figures_and_shiftbench_cac
     assert n >= 3 and f"{n} figure files" in res.output
     # a figure the first report drew is copied, byte for byte, not drawn again
     entry = next(p for p in (shared / "figures").glob("*.png")
-                 if p.read_bytes() == (tmp_path / "first" / "mine" / "imagenetv2.png").read_bytes())
+                 if p.read_bytes() == (tmp_path / "first" / "mine" / f"{file_slug('ImageNetV2')}.png").read_bytes())
     entry.write_bytes(entry.read_bytes() + b"copied")
     report("second")
-    assert (tmp_path / "second" / "mine" / "imagenetv2.png").read_bytes().endswith(b"copied")
+    assert (tmp_path / "second" / "mine" / f"{file_slug('ImageNetV2')}.png").read_bytes().endswith(b"copied")
     assert len(list((shared / "figures").glob("*.png"))) == n           # nothing new to keep
     report("third", "--no-cache")
-    assert not (tmp_path / "third" / "mine" / "imagenetv2.png").read_bytes().endswith(b"copied")
+    assert not (tmp_path / "third" / "mine" / f"{file_slug('ImageNetV2')}.png").read_bytes().endswith(b"copied")
     kept = len(list(shared.glob("*/*")))
     res = CliRunner().invoke(cli.app, ["cache", "--clear"])
     assert res.exit_code == 0 and f"removed {kept} entries" in res.output

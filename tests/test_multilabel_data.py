@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from shiftbench.datasets.attributes import carve_splits, labelset_strata
+from shiftbench.datasets.attributes import carve_splits, labelset_strata, split_file_name
 from shiftbench.datasets.dfr import (
     DEEPFASHION2_CATEGORIES,
     DFR_TRAIN,
@@ -70,7 +70,7 @@ def test_multilabel_ood_splits_change_one_attribute_and_keep_the_labels_column(t
     files = splits.write(tmp_path / "out")
     written = pd.read_csv(files["size=large"], dtype={"labels": str})
     assert written["labels"].tolist() == ["2;0", "1"] and "label" not in written.columns
-    assert (tmp_path / "out" / "ood-size=large.csv.classes.txt").read_text().split() == ["0", "1", "2"]
+    assert (tmp_path / "out" / f"{split_file_name('size=large')}.classes.txt").read_text().split() == ["0", "1", "2"]
     assert json.loads((tmp_path / "out" / "splits.json").read_text())["multi_label"] is True
 
 

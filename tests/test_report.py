@@ -14,6 +14,10 @@ import pytest  # noqa: E402
 import shiftbench  # noqa: E402
 from shiftbench import testbed as tbmod  # noqa: E402
 from shiftbench.report import NATURAL_SHIFTS, ShiftPair, analyse_shift, write_report  # noqa: E402
+from shiftbench.report.tables import file_slug  # noqa: E402
+
+#: The figure files of two shifts: each label's slug and the hash of the label.
+V2_PNG, SKETCH_PNG = f"{file_slug('ImageNetV2')}.png", f"{file_slug('ImageNet-Sketch')}.png"
 
 V2 = "imagenetv2-matched-frequency-format-val"
 SKETCH = "imagenet-sketch"
@@ -62,8 +66,9 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, tbmod.T
 def test_write_report_writes_summary_png_and_csvs(report) -> None:
     out, text, tb = report
     assert (out / "summary.md").is_file()
-    assert (out / "tiny" / "imagenetv2.png").read_bytes().startswith(PNG)
-    assert (out / "tiny" / "imagenet-sketch.png").read_bytes().startswith(PNG)
+    assert V2_PNG.startswith("imagenetv2-") and len(V2_PNG) == len("imagenetv2-") + 10 + len(".png")
+    assert (out / "tiny" / V2_PNG).read_bytes().startswith(PNG)
+    assert (out / "tiny" / SKETCH_PNG).read_bytes().startswith(PNG)
     assert (out / "tiny" / "fits.csv").is_file()
     assert (out / "tiny" / "effective_robustness.csv").is_file()
     assert text.startswith("# shiftbench report")
@@ -72,8 +77,8 @@ def test_write_report_writes_summary_png_and_csvs(report) -> None:
 
 def test_summary_links_the_figures_relative_to_itself(report) -> None:
     out, text, _ = report
-    assert "![ImageNetV2](tiny/imagenetv2.png)" in text
-    assert (out / "tiny/imagenetv2.png").exists()
+    assert f"![ImageNetV2](tiny/{V2_PNG})" in text
+    assert (out / "tiny" / V2_PNG).exists()
 
 
 def test_summary_has_a_fits_table(report) -> None:
@@ -147,8 +152,8 @@ def test_too_few_standard_models_gives_the_reason_and_the_rest_renders(tmp_path:
     part = section(text, "ImageNet-Sketch")
     assert "Not analysed:" in part
     assert "at least 3" in part and "gave 2" in part and "4 skipped for empty cells" in part
-    assert "![ImageNetV2](tiny/imagenetv2.png)" in section(text, "ImageNetV2")
-    assert not (tmp_path / "tiny" / "imagenet-sketch.png").exists()
+    assert f"![ImageNetV2](tiny/{V2_PNG})" in section(text, "ImageNetV2")
+    assert not (tmp_path / "tiny" / SKETCH_PNG).exists()
     fits = pd.read_csv(tmp_path / "tiny" / "fits.csv")
     assert list(fits["shift"]) == ["ImageNetV2"]
     er = pd.read_csv(tmp_path / "tiny" / "effective_robustness.csv")
@@ -171,7 +176,7 @@ def test_custom_shift_with_a_pivot_is_fitted_piecewise(tmp_path: Path) -> None:
     shift = ShiftPair("My V2", "val", V2, pivot=("no-such-model", "std2"))
     text = write_report([hand_built()], tmp_path, shifts=[shift], n_resamples=100).read_text()
     assert "piecewise around 68.00%" in section(text, "My V2")
-    assert (tmp_path / "tiny" / "my-v2.png").read_bytes().startswith(PNG)
+    assert (tmp_path / "tiny" / f"{file_slug('My V2')}.png").read_bytes().startswith(PNG)
     assert pd.read_csv(tmp_path / "tiny" / "fits.csv")["kind"].tolist() == ["piecewise"]
 
 
@@ -211,7 +216,7 @@ def test_write_report_on_imagenet_reference(tmp_path: Path) -> None:
     assert fits.at["ImageNet-A", "kind"] == "piecewise"
     assert (fits.drop(index="ImageNet-A")["kind"] == "linear").all()
     for shift in NATURAL_SHIFTS:
-        assert (tmp_path / "imagenet-reference" / f"{shift.slug}.png").read_bytes().startswith(PNG)
+        assert (tmp_path / "imagenet-reference" / f"{file_slug(shift.label)}.png").read_bytes().startswith(PNG)
     er = pd.read_csv(tmp_path / "imagenet-reference" / "effective_robustness.csv")
     assert set(er["shift"]) == {s.label for s in NATURAL_SHIFTS}
     assert "### Does effective robustness on ImageNetV2 carry over?" in text

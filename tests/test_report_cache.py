@@ -373,12 +373,13 @@ def test_the_shared_cache_drops_its_least_recently_used_entries_past_its_bound(t
     from shiftbench.report.cache import SharedCache
 
     shared = SharedCache(tmp_path, max_bytes=250)
-    for i, name in enumerate(("old", "mid", "new")):
+    old, mid, new = (f"{c * 40}.png" for c in "abc")                   # entries are named by their hash
+    for i, name in enumerate((old, mid, new)):
         shared.write("figures", name, bytes(100))
         os.utime(shared.path("figures", name), ns=(10**18 + i * 10**9,) * 2)
-    assert shared.read("figures", "old") == bytes(100)                  # a read is a use
+    assert shared.read("figures", old) == bytes(100)                    # a read is a use
     assert shared.prune() == 1
-    assert sorted(p.name for p in (tmp_path / "figures").iterdir()) == ["new", "old"]
+    assert sorted(p.name for p in (tmp_path / "figures").iterdir()) == [old, new]
 
 
 def test_a_report_built_into_a_new_folder_copies_what_the_last_one_drew(tmp_path: Path,
@@ -410,9 +411,10 @@ def test_the_shared_cache_folder_is_its_owners_alone(tmp_path: Path):
     from shiftbench.report.cache import SharedCache
 
     shared = SharedCache(tmp_path / "cache" / "report")
-    shared.write("analyses", "x.pkl", b"1")
+    x, y = (f"x-{c * 40}.pkl" for c in "01")
+    shared.write("analyses", x, b"1")
     assert (tmp_path / "cache" / "report").stat().st_mode & 0o077 == 0
-    assert shared.read("analyses", "x.pkl") == b"1" and shared.read("analyses", "y.pkl") is None
+    assert shared.read("analyses", x) == b"1" and shared.read("analyses", y) is None
 
 
 def test_a_testbed_hashes_by_what_it_holds():
@@ -432,17 +434,18 @@ def test_a_read_only_shared_cache_is_still_read_and_never_fails_a_build(tmp_path
     from shiftbench.report.cache import SharedCache
 
     shared = SharedCache(tmp_path / "shared", max_bytes=0)
-    shared.write("figures", "a.png", b"png")
+    a_png, missing = "a" * 40 + ".png", "b" * 40 + ".png"
+    shared.write("figures", a_png, b"png")
 
     def refuse(*args, **kwargs):
         raise PermissionError(30, "Read-only file system")
 
     monkeypatch.setattr(os, "utime", refuse)
     monkeypatch.setattr(Path, "unlink", refuse)
-    assert shared.read("figures", "a.png") == b"png"
-    assert shared.copy_out("figures", "a.png", tmp_path / "out" / "a.png") and (tmp_path / "out" / "a.png").exists()
-    assert not shared.copy_out("figures", "missing.png", tmp_path / "out" / "b.png")
-    assert shared.prune() == 0 and shared.clear() == 0 and shared.has("figures", "a.png")
+    assert shared.read("figures", a_png) == b"png"
+    assert shared.copy_out("figures", a_png, tmp_path / "out" / "a.png") and (tmp_path / "out" / "a.png").exists()
+    assert not shared.copy_out("figures", missing, tmp_path / "out" / "b.png")
+    assert shared.prune() == 0 and shared.clear() == 0 and shared.has("figures", a_png)
 
 
 def _bars(values: list[float]):

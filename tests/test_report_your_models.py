@@ -17,7 +17,7 @@ from shiftbench import testbed as tbmod  # noqa: E402
 from shiftbench.analysis.placement import place_models  # noqa: E402
 from shiftbench.errors import ConfigError  # noqa: E402
 from shiftbench.report import write_html_report, write_report  # noqa: E402
-from shiftbench.report.tables import signed_interval  # noqa: E402
+from shiftbench.report.tables import file_slug, signed_interval  # noqa: E402
 
 MINE = ["my-net", "my-other"]
 
@@ -89,4 +89,4 @@ def test_markdown_report_puts_your_models_first(tmp_path: Path):
     for r in placed.itertuples():
         assert f"| {r.rank} of {r.n_ranked} |" in text
     assert (tmp_path / "md" / "tiny" / "your_models.csv").exists()
-    assert (tmp_path / "md" / "tiny" / "imagenetv2.png").stat().st_size > 10_000
+    assert (tmp_path / "md" / "tiny" / f"{file_slug('ImageNetV2')}.png").stat().st_size > 10_000

@@ -52,8 +52,8 @@ def test_a_study_result_is_written_through_the_store(tmp_path):
                          {"model": "r50"})
     path = result.write(tmp_path / "s")
     store = Store(tmp_path / "s")
-    assert path == result.path and store.study_names("resolution") == ["timm_r50__folder_x"]
-    assert store.study_meta("resolution", "timm_r50__folder_x")["model"] == "r50"
+    assert path == result.path and store.study_names("resolution") == ["timm_r50__folder_x-ea16bb5d59"]
+    assert store.study_meta("resolution", "timm_r50__folder_x-ea16bb5d59")["model"] == "r50"
 
 
 def test_replication_runs_as_a_study_and_is_stored_under_its_manifest_name(tmp_path):

@@ -22,7 +22,9 @@ from shiftbench.datasets import classmaps as cm  # noqa: E402
 from shiftbench.report import write_html_report  # noqa: E402
 from shiftbench.studies.compositing import compositing_study, heatmap_from_study  # noqa: E402
 from shiftbench.studies.resolution import resolution_sweep  # noqa: E402
+from shiftbench.report.tables import file_slug  # noqa: E402
 from shiftbench.store import Store  # noqa: E402
+from shiftbench.studies import study_name  # noqa: E402
 
 PHOTOS = (("chelsea", 285), ("coffee", 967), ("rocket", 657))  # Egyptian cat, espresso, missile
 ESPRESSO = 967
@@ -77,7 +79,7 @@ def test_real_photos_are_recognised_better_at_higher_resolution(real):
     assert sweep.loc[64, "accuracy"] < sweep.loc[224, "accuracy"] <= sweep.loc[320, "accuracy"]
     assert sweep.loc[64, "accuracy"] == 0.0 and sweep["n_examples"].tolist() == [3, 3, 3]
     assert (sweep["native_resolution"] == 224).all() and real["sweep"].attrs["best_resolution"] != 64
-    stored = Store(real["store"]).read_study("resolution", "efficientnet-lite0__val")
+    stored = Store(real["store"]).read_study("resolution", study_name("efficientnet-lite0", "val"))
     assert stored["accuracy"].tolist() == real["sweep"]["accuracy"].tolist()
 
 
@@ -98,12 +100,12 @@ def test_sections_show_the_real_stored_numbers(real, tmp_path):
     assert "Resolution sweeps" in res and "efficientnet-lite0" in res
     for acc in real["sweep"]["accuracy"]:
         assert f">{acc:.2f}<" in res
-    table = pd.read_csv(tmp_path / "rep" / "resolution" / "val.csv")
+    table = pd.read_csv(tmp_path / "rep" / "resolution" / f"{file_slug('val')}.csv")
     assert table["accuracy"].tolist() == pytest.approx(real["sweep"]["accuracy"].tolist(), abs=0.01)
     assert table.loc[table["native"], "resolution"].tolist() == [224]
     assert "espresso" in comp and comp.count("Plotly.newPlot(") == 3  # size, rotation, one location map
     assert f">{real['study'].attrs['accuracy']:.2f}<" in comp
-    assert (tmp_path / "rep" / "compositing" / "espresso.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "rep" / "compositing" / f"{file_slug('espresso')}.png").read_bytes()[:4] == b"\x89PNG"
 
 
 # ---------------------------------------------------------------------------- hand-made studies
@@ -152,7 +154,7 @@ def test_resolution_section_marks_best_and_native_and_shows_why_a_resolution_fai
     assert [c[6] for c in cnn] == ["", "", "★"] and [c[7] for c in cnn] == ["", "○", ""]
     assert [c[1] for c in cells if c and "img src" in c[0]] == ["128"]     # failed rows only in the CSV
     assert doc.count("Plotly.newPlot(") == 1
-    table = pd.read_csv(tmp_path / "rep" / "resolution" / "val.csv")
+    table = pd.read_csv(tmp_path / "rep" / "resolution" / f"{file_slug('val')}.csv")
     assert table["error"].notna().sum() == 2 and table["accuracy"].isna().sum() == 2
 
 
@@ -181,7 +183,7 @@ def test_compositing_section_renders_size_rotation_and_the_normalised_map(tmp_pa
     assert html.count("Plotly.newPlot(") == 3 and '"z":[[0.5,1.0],[0.25,0.25]]' in html
     # size and rotation side by side; the numbers per factor value fold under the per-model accuracies
     assert html.count('class="sb-pair"') == 2 and "<details><summary>Top-1 % per size and rotation (4 rows)" in html
-    table = pd.read_csv(tmp_path / "rep" / "compositing" / "mini.csv")
+    table = pd.read_csv(tmp_path / "rep" / "compositing" / f"{file_slug('mini')}.csv")
     assert table.loc[table["factor"] == "location", "normalised"].tolist() == [0.5, 1.0, 0.25, 0.25]
 
 
@@ -225,13 +227,13 @@ def test_cli_sweep_and_composite_print_the_stored_results_and_report_shows_them(
     assert res.exit_code == 0, (res.output, res.exception)
     line224 = next(line for line in res.stdout.splitlines() if line.startswith("│ 224"))
     assert "native" in line224 and f"{real['sweep'].set_index('resolution').loc[224, 'accuracy']:.2f}" in line224
-    assert "study 'efficientnet-lite0__val'" in res.stdout
+    assert f"study {study_name('efficientnet-lite0', 'val')!r}" in res.stdout
     res = runner.invoke(cli.app, ["composite", "--model", "efficientnet-lite0", "--spec", str(real["spec"]),
                                   "--store", str(real["store"])])
     assert res.exit_code == 0, (res.output, res.exception)
     assert f"top-1 {real['study'].attrs['accuracy']:.2f}% over 8 images" in res.stdout
     assert "location map" in res.stdout and "brick" in res.stdout
-    assert Store(real["store"]).study_names("compositing") == ["efficientnet-lite0__espresso"]  # replaced
+    assert Store(real["store"]).study_names("compositing") == [study_name("efficientnet-lite0", "espresso")]  # replaced
     csv = tiny_testbed().save(tmp_path / "mine.csv")
     res = runner.invoke(cli.app, ["report", "--testbed", str(csv), "--store", str(real["store"]), "-o",
                                   str(tmp_path / "rep"), "--resamples", "20"])

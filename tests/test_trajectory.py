@@ -244,6 +244,7 @@ def test_report_shows_the_trajectory_section_only_when_a_trajectory_fits_the_tes
     from report_testbed import V2, calibration_store, tiny_testbed
 
     from shiftbench.report import write_html_report
+    from shiftbench.report.tables import trajectory_stem
 
     without = write_html_report([tiny_testbed()], tmp_path / "a", store=calibration_store(tmp_path / "s1"),
                                 n_resamples=50, figure_formats=()).read_text()
@@ -255,9 +256,11 @@ def test_report_shows_the_trajectory_section_only_when_a_trajectory_fits_the_tes
     doc = write_html_report([tiny_testbed()], tmp_path / "c", store=store, n_resamples=50,
                             figure_formats=(".png",)).read_text()
     assert "Fine-tuning trajectories" in doc and "ft-&lt;b&gt;" in doc and "ft-<b>" not in doc
-    assert (tmp_path / "c" / "tiny" / f"trajectory_{V2}_vs_val.png").exists()
-    assert (tmp_path / "c" / "tiny" / f"trajectory_{V2}_vs_val_er.png").exists()
-    table = pd.read_csv(tmp_path / "c" / "tiny" / f"trajectory_{V2}_vs_val.csv")
+    stem = trajectory_stem("val", V2)
+    assert stem.startswith(f"trajectory_{V2}-") and "_vs_val-" in stem
+    assert (tmp_path / "c" / "tiny" / f"{stem}.png").exists()
+    assert (tmp_path / "c" / "tiny" / f"{stem}_er.png").exists()
+    table = pd.read_csv(tmp_path / "c" / "tiny" / f"{stem}.csv")
     assert table["step"].tolist() == [0, 5, 50]
     fit = fit_trend("val", V2, testbed=tiny_testbed())
     assert table["effective_robustness"].tolist() == pytest.approx(
@@ -331,7 +334,10 @@ def test_cli_prints_per_step_effective_robustness_and_writes_figures(tmp_path):
     assert [r["step"] for r in rows] == [0, 5, 50]
     assert [r["effective_robustness"] for r in rows] == pytest.approx(
         [y - float(fit.predict(x)) for x, y in ((12, 9), (60, 55), (80, 68))])
-    assert (tmp_path / "out" / f"trajectory_{V2}_vs_val.png").exists()
+    from shiftbench.report.tables import trajectory_stem
+
+    stem = trajectory_stem("val", V2)
+    assert (tmp_path / "out" / f"{stem}.png").exists() and (tmp_path / "out" / f"{stem}.csv").exists()
     plain = CliRunner().invoke(cli.app, ["trajectory", "--store", str(store)])   # no testbed: accuracies only
     assert plain.exit_code == 0 and "ft-<b>" in plain.stdout and "12.00" in plain.stdout
     empty = CliRunner().invoke(cli.app, ["trajectory", "--store", str(tmp_path)])

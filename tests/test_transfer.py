@@ -25,6 +25,7 @@ from shiftbench.datasets import load_dataset
 from shiftbench.errors import ConfigError, DataError, ModelError
 from shiftbench.models import load_model
 from shiftbench.store import Store
+from shiftbench.studies import study_name
 
 SMALL = {"n_train": 80, "n_val": 20}
 
@@ -97,7 +98,7 @@ def test_a_transfer_result_is_a_testbed_cell_beside_the_robustness_settings(task
     assert "transfer:colours" in tb.settings
     assert tb.accuracies.loc["transfer_models.tiny", "transfer:colours"] == pytest.approx(frame["accuracy"][0])
     assert tb.sizes.loc["transfer_models.tiny", "transfer:colours"] == 35
-    study = Store(tmp_path / "s").read_study("transfer", "transfer_models.tiny__linear__seed0")
+    study = Store(tmp_path / "s").read_study("transfer", study_name("transfer_models.tiny", "linear", "seed0"))
     assert list(study["task"]) == ["colours"]
     assert T.stored_groups(tmp_path / "s") == {"colours": "natural"}
     assert transfer_group_means(tb, T.stored_groups(tmp_path / "s")).loc["transfer_models.tiny", "natural"] == \

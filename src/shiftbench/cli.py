@@ -22,6 +22,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from shiftbench.analysis import effective_robustness, mce, most_effectively_robust
 from shiftbench.analysis.corruption import RECIPE as MCE_RECIPE
 from shiftbench.analysis.placement import fitted_on_note, place_models
+from shiftbench.analysis.scaling import check_scale
 from shiftbench.cli_options import (  # noqa: F401  (re-exported: the commands' modules import them from here too)
     DEFAULT_STORE,
     FigureFormatsOpt,
@@ -42,15 +43,20 @@ from shiftbench.cli_options import (  # noqa: F401  (re-exported: the commands' 
     YOpt,
 )
 from shiftbench.cli_support import Table, err, out  # noqa: F401  (the names the commands used from here)
+from shiftbench.cli_support import check_count as _check_count
+from shiftbench.cli_support import check_output_parent as _check_output_parent
 from shiftbench.cli_support import clean as _clean
+from shiftbench.cli_support import error_message as _error_message
 from shiftbench.cli_support import fit as _fit
 from shiftbench.cli_support import fit_on as _fit_on
 from shiftbench.cli_support import fit_used as _fit_used
+from shiftbench.cli_support import output_folder as _output_folder
 from shiftbench.cli_support import pivot as _pivot
 from shiftbench.cli_support import progress as _progress
 from shiftbench.cli_support import testbed_from_options as _testbed
-from shiftbench.errors import ConfigError, ShiftbenchError
+from shiftbench.errors import ConfigError, ShiftbenchError  # noqa: F401  (ShiftbenchError: re-exported)
 from shiftbench.models import list_sources
+from shiftbench.models.device import check_device
 from shiftbench.reference import list_testbeds, load_testbed
 from shiftbench.shifts import list_shifts
 from shiftbench.testbed import Testbed
@@ -266,7 +272,10 @@ def place_cmd(testbed: TestbedOpt = None, store: StoreAddOpt = None,
     --model: the models to place (default: the models of the tables and stores added to a
     reference testbed)."""
 
+    check_scale(scale)                        # as fit and report do: a per-shift error would be skipped
+    _check_count(n_resamples, "--resamples", minimum=0, what="(0: no bootstrap band; default 1000)")
     tb = _testbed(testbed, store)
+    tb.resolve(list(_fit_on(fit_on)))         # an unknown --fit-on type, tag or model fails here, not per shift
     models = [tb.check_model(m) for m in model] if model else tb.added
     if not models:
         raise ConfigError("no models to place; add your table or store (-t imagenet-reference -t mine.csv, "
@@ -395,6 +404,10 @@ def eval_cmd(
 
     if executor not in ("local", "ray"):
         raise typer.BadParameter(f"{executor!r}: use local or ray", param_hint="--executor")
+    if address is not None and executor != "ray":
+        raise ConfigError(f"--address {address}: --address only applies with --executor ray (add --executor ray, "
+                          "or drop --address to run here)")
+    device = check_device(device, here=executor == "local")   # a Ray worker's GPUs are not this machine's
     request = EvalRequest.build(
         model, setting, data_root=data_root, data_dirs=_data_dirs(data_dir), store=store, batch_size=batch_size,
         workers=workers, limit=limit, keep_logits=keep_logits, force=force, device=device, convention=convention,
@@ -446,6 +459,8 @@ def results_cmd(
     """The finished results in a store, with the difference to a reference row where one exists."""
     from shiftbench.reference.results import results_with_reference  # deferred: loads pyarrow
 
+    if export is not None:                   # before the work: a missing folder is not created
+        _check_output_parent(export, "--export")
     frame = results_with_reference(store)
     if export is not None:
         from shiftbench.reference.results import export_results  # deferred: loads pyarrow
@@ -527,7 +542,10 @@ def report_cmd(
 
     if store is not None and not store.is_dir():   # before any work or progress bar
         raise ConfigError(f"{store}: no results store there; pass the --store directory that `shiftbench eval` wrote")
+    check_scale(scale)
+    _check_count(n_resamples, "--resamples", minimum=0, what="(0: no bootstrap band; default 1000)")
     formats = _figure_formats(figure_formats)
+    _output_folder(output)                        # an unwritable -o fails here, in one line, not mid-report
     if testbed:
         merged = _testbed(testbed, store)
         testbeds, highlight = [merged], merged.added
@@ -545,15 +563,21 @@ def cache_cmd(clear: Annotated[bool, typer.Option("--clear", help="Remove every 
     Reports keep their slow analyses and static figures there by content hash, so a report built
     into a new folder copies what an earlier one computed and drew. Its folder is
     $SHIFTBENCH_CACHE_DIR (off: none), else $XDG_CACHE_HOME/shiftbench/report, else
-    ~/.cache/shiftbench/report; it keeps at most 2 GiB, dropping the least recently used."""
+    ~/.cache/shiftbench/report; it keeps at most 2 GiB, dropping the least recently used. The folder
+    is marked with a CACHEDIR.TAG, and only the cache's own entries in it are ever removed: a folder
+    that holds other files and no tag is refused."""
     from shiftbench.report.cache import SHARED_ENV, SharedCache  # deferred: loads pandas
 
     shared = SharedCache.default()
     if shared is None:
         typer.echo(f"shared report cache: off ({SHARED_ENV}={os.environ.get(SHARED_ENV, '')!r})")
         return
-    if clear:
+    if clear:   # a folder that is not a shiftbench cache: a one-line ConfigError, nothing removed
         typer.echo(f"shared report cache: {shared.root}: removed {shared.clear()} entries")
+        return
+    if shared.is_foreign():
+        typer.echo(f"shared report cache: {shared.root}: not a shiftbench cache (no CACHEDIR.TAG), so reports skip "
+                   f"it; set {SHARED_ENV} to a new or empty folder")
         return
     found = shared.entries()
     kinds = {kind: sum(1 for _, _, p in found if p.parent.name == kind) for kind in ("analyses", "figures")}
@@ -654,6 +678,9 @@ def demo_cmd(output: Annotated[Path, typer.Option("--output", "-o", help="Report
     )
 
     formats = _figure_formats(figure_formats)     # a typo fails now, not after the digits testbed is trained
+    _check_count(n_resamples, "--resamples", minimum=0, what="(0: no bootstrap band; default 1000)")
+    _check_count(n_test, "--n-test", what="of test digits per setting")
+    _output_folder(output)                        # an unwritable -o fails here, in one line, not mid-report
     start = time.perf_counter()
     names = list(REFERENCE_TESTBEDS)
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
@@ -694,14 +721,31 @@ def _register_command_modules() -> None:
 _register_command_modules()
 
 
+def _interrupted(exc: BaseException) -> bool:
+    """Whether ``exc`` (typer's exit 130) comes from a KeyboardInterrupt."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 def main() -> None:
-    """Console-script entry point: one-line errors, tracebacks only with --debug."""
+    """Console-script entry point: every error is one line on stderr, ``error: <what and the fix>``,
+    with exit status 1 (a ShiftbenchError's message; an OSError's path and fix; anything else
+    with a pointer to --debug); Ctrl-C exits 130; tracebacks only with --debug."""
     try:
         app()
-    except ShiftbenchError as exc:
+    except SystemExit as exc:
+        if exc.code == 130 and _interrupted(exc):
+            typer.echo("error: interrupted (Ctrl-C)", err=True)
+        raise
+    except Exception as exc:  # noqa: BLE001 - the one place where any error becomes one line
         if _state["debug"]:
             raise
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(f"error: {_error_message(exc, sys.argv[1:])}", err=True)
         sys.exit(1)
 
 

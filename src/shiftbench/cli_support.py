@@ -1,9 +1,12 @@
 """What the commands of ``shiftbench`` share: the consoles, tables, progress bars, JSON
-cleaning, and the ``--testbed``/``--store``/``--fit-on``/``--pivot`` handling of the analysis
-commands. :mod:`shiftbench.cli` and :mod:`shiftbench.commands` import it; it imports neither."""
+cleaning, the ``--testbed``/``--store``/``--fit-on``/``--pivot`` handling of the analysis
+commands, the checks of count, device and output options, and the one-line error messages of
+``main()``. :mod:`shiftbench.cli` and :mod:`shiftbench.commands` import it; it imports neither."""
 from __future__ import annotations
 
+import errno
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -12,7 +15,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table as _RichTable
 
 from shiftbench.analysis import fit_piecewise_trend, fit_trend
-from shiftbench.errors import ConfigError
+from shiftbench.errors import ConfigError, ShiftbenchError
 from shiftbench.reference import load_testbed
 from shiftbench.testbed import Testbed
 
@@ -91,3 +94,143 @@ def progress() -> Progress:
     """A progress bar on stderr (rich), as every long command shows."""
     return Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                     TimeElapsedColumn(), console=err, transient=False)
+
+
+# ---------------------------------------------------------------------------- checks at the boundary
+def check_count(value: int | None, option: str, *, minimum: int = 1, what: str = "") -> int | None:
+    """``value`` of a count option (``--resamples``, ``--n-boot``, ...) if it is at least
+    ``minimum`` (``None`` passes: the option was not given), else a ConfigError naming the option."""
+    if value is not None and value < minimum:
+        floor = "a positive number" if minimum == 1 else f"{minimum} or more"
+        raise ConfigError(f"{option} {value}: give {floor}{' ' + what if what else ''}")
+    return value
+
+
+def check_output_parent(path: Path, option: str) -> Path:
+    """``path`` (a file to write, e.g. ``--export``) if its folder exists, else a ConfigError
+    saying which folder is missing (it is not created: a typo should not make folders)."""
+    parent = path.expanduser().parent
+    if parent.is_dir():
+        return path
+    blocker = next((p for p in [parent, *parent.parents] if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise ConfigError(f"{option} {path}: {blocker} is a regular file, not a folder; choose another path")
+    raise ConfigError(f"{option} {path}: folder {parent} does not exist; create it first (mkdir -p {parent}) "
+                      "or choose another path")
+
+
+def output_folder(path: Path, option: str = "-o") -> Path:
+    """``path`` (an output folder, e.g. a report's ``-o``) created now, before any work: a file
+    there is a ConfigError; an unwritable place is an OSError that ``main()`` prints in one line."""
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{option} {path}: is a file; give a folder (-o DIR)")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+# ---------------------------------------------------------------------------- one-line errors
+#: the options whose values are written to, named when an OSError carries no file name
+OUTPUT_OPTIONS = ("--store", "--output", "-o", "--export", "--workspace")
+
+
+def output_options(argv: list[str]) -> list[str]:
+    """The ``--store X`` / ``-o X`` / ... pairs given in ``argv``, as typed."""
+    found = []
+    for i, arg in enumerate(argv):
+        name, eq, value = arg.partition("=")
+        if name in OUTPUT_OPTIONS:
+            if eq:
+                found.append(f"{name} {value}")
+            elif i + 1 < len(argv):
+                found.append(f"{name} {argv[i + 1]}")
+    return found
+
+
+def _first_file_above(path: Path) -> Path | None:
+    """The nearest existing ancestor of ``path`` that is not a folder (the cause of ENOTDIR)."""
+    for p in [path, *path.parents]:
+        try:
+            if p.exists():
+                return None if p.is_dir() else p
+        except OSError:
+            continue
+    return None
+
+
+def _missing_folder(path: Path) -> Path | None:
+    """The topmost missing folder above ``path`` (``None``: its folder exists)."""
+    missing = None
+    for p in path.parents:
+        if p.is_dir():
+            break
+        missing = p
+    return missing
+
+
+def os_error_message(exc: OSError, outputs: list[str] | tuple[str, ...] = ()) -> str:
+    """One line for an OSError: the path (``exc.filename``), what went wrong, and the fix.
+
+    ``outputs`` (``["--store DIR"]``) are named instead when the error has no file name (a write
+    that fills the disk reports none)."""
+    code, name = exc.errno, exc.filename
+    path = None if name is None else Path(os.fsdecode(name))
+    where = str(path) if path is not None else ("writing " + ", ".join(outputs) if outputs else "")
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    choose = "choose another " + ("/".join(o.split()[0] for o in outputs) if outputs else "path")
+    if code in (errno.EACCES, errno.EPERM):
+        fix = f"permission denied; check the permissions of it and its folder, or {choose}"
+    elif code == errno.EROFS:
+        fix = f"read-only file system; {choose} on a writable disk"
+    elif code in (errno.ENOSPC, getattr(errno, "EDQUOT", -1)):
+        fix = f"{reason[:1].lower() + reason[1:]}; free some space on that disk or {choose} on a disk with room"
+    elif code == errno.ENOTDIR:
+        blocker = _first_file_above(path) if path is not None else None
+        fix = (f"{blocker} is a regular file, not a folder" if blocker is not None else "a parent is a regular "
+               "file, not a folder") + f"; {choose} (or move that file away)"
+    elif code == errno.ENOENT:
+        missing = _missing_folder(path) if path is not None else None
+        fix = (f"folder {missing} does not exist; create it (mkdir -p {path.parent}) or {choose}"
+               if missing is not None else "no such file or folder; check the path")
+    elif code == errno.EISDIR:
+        fix = "is a folder, not a file; give a file name"
+    elif code == errno.EEXIST:    # mkdir(exist_ok=True) onto a file
+        fix = ("is a regular file, not a folder" if path is not None and path.exists() and not path.is_dir()
+               else "already exists") + f"; {choose} (or move it away)"
+    elif code in (errno.EMFILE, errno.ENFILE):
+        fix = "too many open files; raise the limit (ulimit -n) or use fewer --workers"
+    elif code == errno.ENAMETOOLONG:
+        fix = "file name too long; choose a shorter path"
+    elif code == errno.EIO:
+        fix = "input/output error; check the disk (or network file system) it is on"
+    elif isinstance(exc, ConnectionError):
+        fix = f"{reason}; check the address and that the service there is running"
+    else:
+        fix = reason
+    return f"{where}: {fix}" if where else fix
+
+
+def one_line(text: object) -> str:
+    """``text`` on one line: line breaks (and runs of spaces) become single spaces."""
+    return " ".join(str(text).split())
+
+
+def error_message(exc: BaseException, argv: list[str] | tuple[str, ...] = ()) -> str:
+    """The one line the CLI prints for ``exc`` (without the ``error: `` prefix): a
+    ShiftbenchError's own message, an OSError's path and fix (:func:`os_error_message`), and for
+    anything unexpected its type and message with a pointer to ``--debug``."""
+    cause = getattr(exc, "cause", None)                 # a Ray task's error: the worker's exception
+    if isinstance(exc, ShiftbenchError) and isinstance(cause, ShiftbenchError):
+        exc = cause
+    if isinstance(exc, ShiftbenchError):
+        return one_line(exc)
+    if isinstance(exc, OSError):
+        return one_line(os_error_message(exc, output_options(list(argv))))
+    if isinstance(exc, MemoryError):
+        return ("out of memory; use a smaller --batch-size or --limit, or --max-memory to split the models into "
+                "passes")
+    module = type(exc).__module__.split(".")[0]
+    if module == "duckdb":                              # the results store's database (not an OSError)
+        return one_line(f"results store: {exc}; check that --store is a folder you can write to, on a disk with "
+                        "room (run with --debug for the traceback)")
+    text = one_line(exc)
+    return f"unexpected {type(exc).__name__}{': ' + text if text else ''} (run with --debug for the traceback)"

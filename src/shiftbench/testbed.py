@@ -85,6 +85,39 @@ def agree_to_written_precision(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.abs(a - b) <= 0.5 * 10.0 ** (-d.astype(float)) * (1 + 1e-9)
 
 
+def _holds_booleans(column: pd.Series) -> bool:
+    """Whether ``column`` is boolean, or holds a ``True``/``False`` among its values (pandas would
+    take them as 1 and 0)."""
+    if pd.api.types.is_bool_dtype(column.dtype):
+        return True
+    return column.dtype == object and any(isinstance(v, bool | np.bool_) for v in column)
+
+
+def _checked_sizes(sizes: pd.DataFrame, source: str, column: str = "{}" + SIZE_SUFFIX) -> pd.DataFrame:
+    """``sizes`` (example counts per model and setting, as read from a table) as floats, or a
+    DataError naming ``source``, the column (``column.format(setting)``) and the model for the
+    first cell that is not a positive whole number (empty cells stay ``NaN``: unknown)."""
+    out = {}
+    for setting in sizes.columns:
+        raw = sizes[setting]
+        name = column.format(setting)
+        if _holds_booleans(raw):
+            raise DataError(f"{source}: column {name!r} holds true/false values; give the number of test "
+                            "examples behind each accuracy (a positive integer), or leave the cell empty")
+        values = pd.to_numeric(raw, errors="coerce").astype(float)
+        text = raw.astype(str).str.strip()
+        bad_text = values.isna() & raw.notna() & (text != "") & ~text.isin(_DEFAULT_NA)
+        bad_value = values.notna() & ~((values > 0) & np.isfinite(values) & (values == np.floor(values)))
+        bad = bad_text | bad_value
+        if bad.any():
+            row = int(np.flatnonzero(bad.to_numpy())[0])
+            value = raw.iloc[row].item() if isinstance(raw.iloc[row], np.generic) else raw.iloc[row]
+            raise DataError(f"{source}: column {name!r} has {value!r} for model {raw.index[row]!r}; give "
+                            "the number of test examples (a positive integer), or leave the cell empty if unknown")
+        out[setting] = values.to_numpy()
+    return pd.DataFrame(out, index=sizes.index, columns=sizes.columns, dtype=float)
+
+
 def _as_tags(value: object) -> tuple[str, ...]:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ()
@@ -161,6 +194,12 @@ class Testbed:
 
     # ------------------------------------------------------------------ validation
     def _validated(self, acc: pd.DataFrame) -> pd.DataFrame:
+        for setting in acc.columns:
+            if _holds_booleans(acc[setting]):
+                raise DataError(
+                    f"{self.source}: column {setting!r} holds true/false values, not accuracies; give accuracies "
+                    f"in percent (0-100) (if {setting!r} is not a setting, name its column 'meta:{setting}')"
+                )
         numeric = acc.apply(pd.to_numeric, errors="coerce").astype(float)
         bad = numeric.isna() & acc.notna() & (acc.astype(str).apply(lambda s: s.str.strip()) != "")
         if bad.to_numpy().any():
@@ -215,8 +254,7 @@ class Testbed:
         setting_cols = [c for c in frame.columns if c not in meta_cols and c not in size_cols and c != "model"]
         frame = frame.set_index("model")
         meta = frame[meta_cols].rename(columns=lambda c: c[len(META_PREFIX):] if c.startswith(META_PREFIX) else c)
-        sizes = frame[size_cols].rename(columns=lambda c: c[: -len(SIZE_SUFFIX)])
-        sizes = sizes.apply(pd.to_numeric, errors="coerce")
+        sizes = _checked_sizes(frame[size_cols].rename(columns=lambda c: c[: -len(SIZE_SUFFIX)]), source)
         return cls(frame[setting_cols], sizes, meta, name=name, source=source)
 
     @classmethod
@@ -226,7 +264,14 @@ class Testbed:
             row = frame[dup].iloc[0]
             raise DataError(f"{source}: model {row['model']!r} has two rows for setting {row['setting']!r}")
         acc = frame.pivot(index="model", columns="setting", values="accuracy")
-        sizes = frame.pivot(index="model", columns="setting", values="n_examples") if "n_examples" in frame else None
+        if _holds_booleans(frame["accuracy"]):
+            raise DataError(f"{source}: column 'accuracy' holds true/false values, not accuracies; give "
+                            "accuracies in percent (0-100)")
+        sizes = None
+        if "n_examples" in frame:
+            counts = _checked_sizes(frame.set_index("model")[["n_examples"]], source, column="n_examples")
+            sizes = frame.assign(n_examples=counts["n_examples"].to_numpy()).pivot(
+                index="model", columns="setting", values="n_examples")
         meta_cols = [c for c in frame.columns if c in METADATA_COLUMNS or str(c).startswith(META_PREFIX)]
         meta = frame.groupby("model", sort=False)[meta_cols].first() if meta_cols else None
         if meta is not None:

@@ -45,6 +45,9 @@ class ShiftPair:
 
     @property
     def slug(self) -> str:
+        """A lowercase ``[a-z0-9-]`` identifier of the label (``ImageNet-A`` -> ``imagenet-a``), as
+        typed on the command line. Not a file name: labels that differ only in punctuation or
+        case share it (the report names files with ``shiftbench.report.tables.file_slug``)."""
         return re.sub(r"[^a-z0-9]+", "-", self.label.lower()).strip("-")
 
 

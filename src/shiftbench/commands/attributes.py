@@ -53,7 +53,7 @@ def register(app: typer.Typer) -> None:
         manifest: Annotated[Path, typer.Option("--manifest", "-m", help="CSV/Parquet manifest: path,label[,group] "
                                                "plus attribute columns; paths relative to its folder.")],
         output: Annotated[Path, typer.Option("--output", "-o", help="Folder for train.csv, id-test.csv, "
-                                             "ood-<attr>=<value>.csv and splits.json.")],
+                                             "ood-<attr>=<value>-<hash>.csv (one per value) and splits.json.")],
         train: Annotated[Optional[list[str]], typer.Option(
             "--train", help="ATTRIBUTE=VALUE[,VALUE...] of the training distribution; repeat per attribute.")] = None,
         bins: Annotated[Optional[list[str]], typer.Option(
@@ -103,5 +103,5 @@ def register(app: typer.Typer) -> None:
             out.print("rows without a value (in no split): " + ", ".join(f"{a} {k}" for a, k in dropped.items()))
         for w in caught:
             out.print(f"note: {w.message}")
-        typer.echo(f"wrote {len(files)} manifests and splits.json to {output} (images: {summary['images']}); "
+        typer.echo(f"wrote {len(set(files.values()))} manifests and splits.json to {output} (images: {summary['images']}); "
                    f"evaluate with: shiftbench eval -m MODEL -s manifest:{files['id-test']} -s ...")

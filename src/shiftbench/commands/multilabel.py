@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -19,12 +20,27 @@ from shiftbench.errors import ConfigError, DataError
 
 
 def split_label(setting: str) -> str:
-    """A short name for a setting: a carved split's file stem without ``ood-`` (``manifest:/d/ood-zoom=large.csv``
-    -> ``zoom=large``), else the setting's name."""
+    """A short name for a setting: a carved split's name as the ``splits.json`` beside its manifest
+    records it (``manifest:/d/ood-zoom=large-<hash>.csv`` -> ``zoom=large``), else the manifest's file
+    stem without ``ood-`` and a trailing hash, else the setting's name."""
     if setting.startswith("manifest:"):
-        stem = Path(setting.split(":", 1)[1].split("?", 1)[0]).stem
+        path = Path(setting.split(":", 1)[1].split("?", 1)[0])
+        recorded = _carved_split_names(path.parent).get(path.name)
+        if recorded is not None:
+            return recorded
+        stem = re.sub(r"-[0-9a-f]{10}$", "", path.stem)
         return stem[4:] if stem.startswith("ood-") else stem
     return setting
+
+
+def _carved_split_names(folder: Path) -> dict[str, str]:
+    """``{file name: split name}`` from the ``splits.json`` that ``shiftbench carve`` wrote in
+    ``folder`` (empty when there is none or it cannot be read)."""
+    try:
+        splits = json.loads((folder / "splits.json").read_text()).get("splits", {})
+        return {str(v["file"]): str(k) for k, v in splits.items() if isinstance(v, dict) and v.get("file")}
+    except (OSError, ValueError, AttributeError):
+        return {}
 
 
 def map_rows(store: Path, id_setting: str, ood: list[str] | None):
@@ -37,19 +53,21 @@ def map_rows(store: Path, id_setting: str, ood: list[str] | None):
     res = res[res["map"].notna()].sort_values("finished").drop_duplicates(["model", "setting"], keep="last")
     known = sorted(set(res["setting"]))
 
+    labels = {s: split_label(s) for s in known}
+
     def resolve(name: str) -> str:  # a setting's name, or a carved split's short name (id-test, zoom=large)
         if name in known:
             return name
-        short = [s for s in known if split_label(s) == name]
+        short = [s for s in known if labels[s] == name]
         if len(short) == 1:
             return short[0]
         raise ConfigError(f"setting {name!r} has no multi-label results in {store} (splits with mAP: "
-                          f"{', '.join(sorted(map(split_label, known))[:10])}{' ...' if len(known) > 10 else ''})")
+                          f"{', '.join(sorted(labels.values())[:10])}{' ...' if len(known) > 10 else ''})")
 
     id_setting = resolve(id_setting)
     wanted = [id_setting, *([resolve(s) for s in ood] if ood else [s for s in known if s != id_setting])]
     res = res[res["setting"].isin(wanted)].copy()
-    res["split"] = [("id-test" if s == id_setting else split_label(s)) for s in res["setting"]]
+    res["split"] = [("id-test" if s == id_setting else labels[s]) for s in res["setting"]]
     return res[["model", "setting", "split", "map", "map_low", "map_high"]]
 
 

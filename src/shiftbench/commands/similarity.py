@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from shiftbench.cli_options import DEFAULT_STORE, JsonOpt, ModelsOpt, OneTestbedOpt, StoreOpt
-from shiftbench.cli_support import Table, out
+from shiftbench.cli_support import Table, check_count, out
 from shiftbench.errors import ConfigError
 from shiftbench.reference import load_testbed
+from shiftbench.store.files import name_slug
 
 TOP = 10
 
@@ -29,8 +29,9 @@ def _names(values: list[str] | None) -> list[str] | None:
 
 
 def study_name(setting: str) -> str:
-    """The store study name of a setting's similarity (``folder:/data/x`` -> ``folder-data-x``)."""
-    return re.sub(r"[^A-Za-z0-9._+-]+", "-", setting).strip("-.") or "setting"
+    """The store study name of a setting's similarity, :func:`~shiftbench.store.files.name_slug`
+    (``folder:/data/x`` -> ``folder-data-x-<hash>``): two settings never share one."""
+    return name_slug(setting)
 
 
 def _num(v: float) -> float | None:
@@ -55,7 +56,7 @@ def register(app: typer.Typer) -> None:
         max_models: Annotated[int, typer.Option("--max-models", help="Models drawn in similarity.png (evenly "
                                                 "spaced in accuracy).")] = 60,
         save_study: Annotated[bool, typer.Option("--save-study/--no-save-study", help="Also store the pairs table "
-                                                 "as study similarity/<setting> in the store.")] = True,
+                                                 "as study similarity/<setting>-<hash> in the store.")] = True,
         as_json: JsonOpt = False,
     ) -> None:
         """Dominance probability and error consistency of every pair of models on a setting, from the
@@ -70,6 +71,7 @@ def register(app: typer.Typer) -> None:
         from shiftbench.report.similarity_figures import plot_similarity_matrices  # deferred: loads Pillow, loads matplotlib, loads plotly, loads pyarrow
         from shiftbench.store import Store  # deferred: loads pyarrow
 
+        check_count(max_models, "--max-models", what="of models to draw in similarity.png (default 60)")
         if standard and testbed:
             raise ConfigError("give the standard models once: either --standard NAMES or --testbed T")
         if output.exists() and not output.is_dir():

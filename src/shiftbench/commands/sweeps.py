@@ -24,6 +24,7 @@ from shiftbench.cli_options import (
     StoreOpt,
 )
 from shiftbench.cli_support import Table, out
+from shiftbench.models.device import check_device
 
 
 def _resolutions(text: str | None) -> tuple[int, ...] | None:
@@ -72,7 +73,7 @@ def register(app: typer.Typer) -> None:
 
         frame = resolution_sweep(model, setting, _resolutions(resolutions) or RESOLUTIONS, data_root=data_root,
                                  store=store, adjust_resize_ratio=adjust, limit=limit, batch_size=batch_size,
-                                 device=device, partial=partial, progress=True)
+                                 device=check_device(device), partial=partial, progress=True)
         native = int(frame["native_resolution"].iloc[0])
         table = Table("resolution", "resize", "top-1 %", "top-5 %", "examples", "", title=(
             f"{frame['base_model'].iloc[0]} on {setting}: resolution sweep (native {native}), "
@@ -101,7 +102,7 @@ def register(app: typer.Typer) -> None:
         )
 
         frame = compositing_study(model, str(spec), data_root=data_root, store=store, limit=limit,
-                                  batch_size=batch_size, device=device, progress=True)
+                                  batch_size=batch_size, device=check_device(device), progress=True)
         a = frame.attrs
         out.print(f"{frame['model'].iloc[0]} on {frame['setting'].iloc[0]}: top-1 {a['accuracy']:.2f}% over "
                   f"{a['n_examples']:,} images; study {a['study']!r} in {store}")

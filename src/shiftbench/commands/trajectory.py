@@ -120,7 +120,7 @@ def _write(output: Path, tb, results: dict, fits: dict, quiet: bool) -> None:
     """Per (x, y) pair with a trend: the trajectory figure, the ER figure and the CSV."""
 
     from shiftbench.report.figures import save_figure_formats  # deferred: loads Pillow, loads matplotlib, loads plotly, loads pyarrow
-    from shiftbench.report.sections import slug  # deferred: loads Pillow, loads matplotlib, loads plotly, loads pyarrow
+    from shiftbench.report.tables import trajectory_stem  # deferred: loads Pillow, loads matplotlib, loads plotly, loads pyarrow
     from shiftbench.report.trajectory_figures import (  # deferred: loads Pillow, loads matplotlib, loads plotly, loads pyarrow
         plot_trajectory,
         plot_trajectory_er,
@@ -131,11 +131,11 @@ def _write(output: Path, tb, results: dict, fits: dict, quiet: bool) -> None:
         ers = {n: er for n, (a, b, er) in results.items() if (a, b) == (tx, ty)}
         if not ers:
             continue
-        stem = output / f"trajectory_{slug(ty)}_vs_{slug(tx)}"
+        stem = output / trajectory_stem(tx, ty)
         paths = save_figure_formats(plot_trajectory(tb, tx, ty, ers, fit=fit), stem, (".png", ".pdf"))
         by = "epoch" if all(e["epoch"].notna().all() for e in ers.values()) else "step"
         paths += save_figure_formats(plot_trajectory_er(ers, by=by), stem.with_name(stem.name + "_er"), (".png", ".pdf"))
-        csv = stem.with_suffix(".csv")
+        csv = stem.with_name(stem.name + ".csv")      # not with_suffix: a slug may hold a dot
         pd.concat([e.assign(trajectory=n) for n, e in ers.items()], ignore_index=True).to_csv(csv, index=False)
         if not quiet:
             for p in [*paths, csv]:

@@ -26,6 +26,7 @@ from shiftbench.cli_options import (
 )
 from shiftbench.cli_support import Table, out
 from shiftbench.errors import ConfigError
+from shiftbench.models.device import check_device
 
 
 def _num(v: object) -> float | None:
@@ -73,6 +74,7 @@ def register(app: typer.Typer) -> None:
             transfer,
         )
 
+        device = check_device(device, here=executor != "ray")   # a Ray worker's GPUs are not this machine's
         task_list = [parse_task(t, _groups(groups)) for t in (task or [])]
         if tasks is not None:
             task_list += read_tasks(tasks, _groups(groups))

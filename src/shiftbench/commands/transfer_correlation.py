@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 import typer
 
 from shiftbench.cli_options import JsonOpt, SeedOpt, StoreAddOpt, TestbedOpt
-from shiftbench.cli_support import Table, out
+from shiftbench.cli_support import Table, check_count, out
 from shiftbench.cli_support import testbed_from_options as _testbed
 
 
@@ -50,6 +50,7 @@ def register(app: typer.Typer) -> None:
         over models, and the partial correlation given ID accuracy."""
         from shiftbench.analysis.transferability import robustness_transfer_correlation  # deferred: loads scipy
 
+        check_count(n_boot, "--n-boot", minimum=0, what="bootstrap resamples (0: no interval; default 1000)")
         tb = _testbed(testbed, store)
         res = robustness_transfer_correlation(tb, x, groups=groups, protocol=protocol, metrics=metric,
                                               n_boot=n_boot, seed=seed)

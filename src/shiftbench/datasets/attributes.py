@@ -30,8 +30,10 @@ Everything is seeded: each split draws from its own generator ``default_rng([see
 crc32(split name)])``, so the same seed gives identical files, and adding an attribute does not
 change the train/id-test split of the others. Rows keep the manifest's order inside a split.
 
-:meth:`AttributeSplits.write` writes ``train.csv``, ``id-test.csv``, ``ood-<A>=<v>.csv`` and
-``splits.json``; each CSV is a manifest the engine evaluates as ``manifest:<file>``.
+:meth:`AttributeSplits.write` writes ``train.csv``, ``id-test.csv``, ``ood-<A>=<v>-<hash>.csv``
+(:func:`split_file_name`: one file per value, however alike two values look) and ``splits.json``,
+which maps each split to its file; each CSV is a manifest the engine evaluates as
+``manifest:<file>``.
 
 **Multi-label manifests** (DeepFashion Remixed has several clothing items per image and is
 scored by mAP) have a column ``labels`` instead of ``label``: ``;``-separated class indices or
@@ -69,7 +71,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import shutil
 import warnings
 import zlib
@@ -92,6 +93,7 @@ from shiftbench.datasets.manifest import (
     sidecar_of,
 )
 from shiftbench.errors import ConfigError, DataError, did_you_mean
+from shiftbench.store.files import name_slug
 
 RESERVED = ("path", "label", "labels", "group")
 DEFAULT_BIN_NAMES = {2: ("low", "high"), 3: ("low", "medium", "high"), 4: ("low", "mid-low", "mid-high", "high"),
@@ -237,9 +239,16 @@ def _rng(seed: int, split: str) -> np.random.Generator:
 
 
 # ----------------------------------------------------------------------------- result
-def _file_name(split: str) -> str:
-    safe = re.sub(r"[^A-Za-z0-9._=-]+", "_", split)
-    return f"{safe}.csv" if split in ("train", "id-test") else f"ood-{safe}.csv"
+def split_file_name(split: str) -> str:
+    """The manifest file of a split: ``train.csv``, ``id-test.csv``, and for an OOD split ``A=v``
+    ``ood-<A=v slug>-<hash>.csv`` (:func:`~shiftbench.store.files.name_slug`: values such as ``a b``,
+    ``a/b``, ``a_b`` and ``A_b`` each get their own file). Readers take a carve's file names from
+    its ``splits.json`` rather than deriving them again.
+
+    >>> split_file_name("id-test"), split_file_name("thickness=thin")
+    ('id-test.csv', 'ood-thickness=thin-6c10f94af7.csv')
+    """
+    return f"{split}.csv" if split in ("train", "id-test") else f"ood-{name_slug(split)}.csv"
 
 
 @dataclass
@@ -343,7 +352,7 @@ class AttributeSplits:
                 frame["path"] = [Path(os.path.relpath(os.path.realpath(p), out_real)).as_posix() for p in frame["path"]]
             else:
                 frame["path"] = [_place(Path(p), base, out, mode) for p in frame["path"]]
-            target = out / _file_name(name)
+            target = out / split_file_name(name)
             frame.to_csv(target, index=False)
             files[name] = target
             if self.multi_label:
@@ -443,6 +452,8 @@ def _train_values(train: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
         values = [str(int(v)) if isinstance(v, float) and v.is_integer() else str(v).strip() for v in values]
         if not values or any(not v for v in values):
             raise ConfigError(f"train: attribute {attr!r} needs a non-empty training value")
+        if "=" in str(attr):    # the split A=v would be read back as another attribute and value
+            raise ConfigError(f"train: attribute {attr!r}: rename the column without '='")
         out[str(attr)] = tuple(dict.fromkeys(values))
     return out
 

@@ -15,6 +15,7 @@ arrays in memory (:class:`ArrayDataset`) or a Hugging Face ``datasets`` dataset.
 from __future__ import annotations
 
 import io
+import os
 import re
 import warnings
 from collections.abc import Sequence
@@ -29,6 +30,12 @@ from shiftbench.errors import DataError
 
 Target = int | tuple[int, ...]
 
+#: The image formats a dataset may hold (Pillow format ids): those of the folder layouts
+#: extensions (:data:`shiftbench.datasets.IMG_EXTENSIONS`; PPM also reads PGM, JPEG also the MPO
+#: files of some cameras) plus GIF. Nothing else is decoded, whatever a file's name says: Pillow's
+#: EPS plugin, for one, runs Ghostscript on a PostScript file named ``x.jpg``.
+DECODE_FORMATS = ("JPEG", "PNG", "WEBP", "BMP", "GIF", "TIFF", "PPM")
+
 #: Images larger than this many pixels are refused as decompression bombs (PIL's own limit is
 #: 89 M pixels with a warning; the largest ImageNet-family images are far below 40 M).
 MAX_PIXELS = 40_000_000
@@ -41,6 +48,26 @@ class ImageDecodeError(DataError):
         super().__init__(f"{example_id}: {reason}")
         self.example_id = example_id
         self.reason = reason
+
+
+def text_name(name: str) -> str:
+    """``name`` (a file name as :func:`os.fsdecode` gives it) as text any store can hold: each byte
+    that is not valid UTF-8 (a surrogate escape) written ``\\xNN``; valid names are unchanged.
+
+    >>> text_name(os.fsdecode(b"caf\\xe9.png"))
+    'caf\\\\xe9.png'
+    >>> text_name("café.png")
+    'café.png'
+    """
+    try:
+        name.encode("utf-8")
+        return name
+    except UnicodeEncodeError:
+        pass
+    try:
+        return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate no file system decoding gives: written \\udNNN
+        return name.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def to_rgb(img: Image.Image, example_id: str) -> Image.Image:
@@ -81,7 +108,9 @@ def decode_image(source: ImageSource, example_id: str, crop: int = 0) -> Image.I
     whose header claims more than :data:`MAX_PIXELS` pixels (a decompression bomb, refused from
     the header alone, before any pixel is decoded). Any exception a PIL plugin raises on a
     malformed file becomes an :class:`ImageDecodeError`, so one bad file never stops a run.
-    ``crop`` pixels are removed from every side afterwards (ObjectNet's 2 px border).
+    A file in a format outside :data:`DECODE_FORMATS` (PostScript, PDF, ...) is undecodable too:
+    no other Pillow plugin ever sees it. ``crop`` pixels are removed from every side afterwards
+    (ObjectNet's 2 px border).
     """
     try:
         if isinstance(source, bytes | bytearray):
@@ -93,7 +122,7 @@ def decode_image(source: ImageSource, example_id: str, crop: int = 0) -> Image.I
         with warnings.catch_warnings():
             # PIL warns above its own 89 M-pixel limit; the explicit check below is stricter.
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            with Image.open(source) as raw:
+            with Image.open(source, formats=DECODE_FORMATS) as raw:
                 w, h = raw.size
                 if w * h > MAX_PIXELS:
                     raise ImageDecodeError(example_id, _bomb_reason(f"{w}x{h} pixels"))
@@ -106,6 +135,9 @@ def decode_image(source: ImageSource, example_id: str, crop: int = 0) -> Image.I
         raise ImageDecodeError(example_id, _bomb_reason(f"{int(n.group(1)):,} pixels" if n else "the image")) from exc
     except FileNotFoundError as exc:
         raise ImageDecodeError(example_id, f"file not found: {exc.filename}") from exc
+    except Image.UnidentifiedImageError as exc:
+        raise ImageDecodeError(example_id, "cannot decode (not an image in a supported format: "
+                                           f"{', '.join(DECODE_FORMATS)})") from exc
     except Exception as exc:  # noqa: BLE001 - PIL plugins raise many types on malformed files
         raise ImageDecodeError(example_id, f"cannot decode ({type(exc).__name__}: {exc})") from exc
     if crop:

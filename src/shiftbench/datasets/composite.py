@@ -49,7 +49,7 @@ import numpy as np
 import pandas as pd
 from PIL import Image, ImageOps
 
-from shiftbench.datasets.base import MAX_PIXELS, ImageDataset, ImageDecodeError, decode_image
+from shiftbench.datasets.base import DECODE_FORMATS, MAX_PIXELS, ImageDataset, ImageDecodeError, decode_image
 from shiftbench.datasets.registry import register_dataset
 from shiftbench.errors import ConfigError, DataError
 from shiftbench.shifts.compositing import cut_to_alpha, fit_background, object_size, paste_object
@@ -198,7 +198,7 @@ def _open(source: Any, what: str, mode: str) -> Image.Image:
     else:
         path = Path(source)
         try:
-            with Image.open(path) as raw:
+            with Image.open(path, formats=DECODE_FORMATS) as raw:  # never EPS, PDF, ...
                 if raw.width * raw.height > MAX_PIXELS:
                     raise ImageDecodeError(what, f"{raw.width}x{raw.height} exceeds {MAX_PIXELS:,} pixels")
                 raw.load()
@@ -382,6 +382,76 @@ SPEC_KEYS = {"name", "foregrounds", "backgrounds", "sizes", "locations", "rotati
              "label_space", "class_names"}
 
 
+_FOREGROUND_KEYS = {"image", "mask", "class_id", "name"}
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _check_spec_types(spec: Mapping[str, Any], path: Path) -> None:
+    """A ConfigError naming the spec file, the key and what it must hold, for the first value of
+    the wrong type or shape (a string where a number goes, a number where a list goes, ...)."""
+
+    def bad(key: str, expected: str, value: Any) -> ConfigError:
+        shown = repr(value)
+        return ConfigError(f"composite spec {path}: {key} must be {expected}, got "
+                           f"{shown if len(shown) <= 60 else shown[:57] + '...'}")
+
+    def numbers(key: str, value: Any, example: str) -> None:
+        if not isinstance(value, list) or not value or not all(_is_number(v) for v in value):
+            raise bad(key, f"a non-empty list of numbers, e.g. {example}", value)
+
+    fgs = spec["foregrounds"]
+    if not isinstance(fgs, list) or not fgs:
+        raise bad("foregrounds", 'a non-empty list of {"image": FILE, "class_id": N} mappings', fgs)
+    for i, item in enumerate(fgs):
+        if not isinstance(item, Mapping):
+            raise bad(f"foregrounds[{i}]", 'a mapping {"image": FILE, "class_id": N} (optional: mask, name)', item)
+        unknown = sorted(set(item) - _FOREGROUND_KEYS)
+        if unknown or "image" not in item or "class_id" not in item:
+            raise bad(f"foregrounds[{i}]", "a mapping with keys image and class_id (optional: mask, name)",
+                      sorted(item))
+        for key in ("image", "mask", "name"):
+            if key in item and not isinstance(item[key], str) and not (key != "image" and item[key] is None):
+                raise bad(f"foregrounds[{i}].{key}", "a file path (a string)" if key != "name" else "a string",
+                          item[key])
+        if not _is_int(item["class_id"]) or item["class_id"] < 0:
+            raise bad(f"foregrounds[{i}].class_id", "a non-negative integer", item["class_id"])
+    bgs = spec["backgrounds"]
+    if not isinstance(bgs, str) and not (isinstance(bgs, list) and bgs and all(isinstance(b, str) for b in bgs)):
+        raise bad("backgrounds", "a folder or a non-empty list of image files (strings)", bgs)
+    if "sizes" in spec:
+        numbers("sizes", spec["sizes"], "[0.1, 0.2]")
+    locations = spec.get("locations")
+    if isinstance(locations, Mapping):
+        if set(locations) - {"grid", "margin"} or not _is_int(locations.get("grid", 1)) \
+                or not _is_number(locations.get("margin", 0.1)):
+            raise bad("locations", '{"grid": N, "margin": M} with an integer N and a number M', dict(locations))
+    elif "locations" in spec and not (isinstance(locations, list) and locations and all(
+            isinstance(xy, list) and len(xy) == 2 and all(_is_number(v) for v in xy) for xy in locations)):
+        raise bad("locations", '[[x, y], ...] pairs of numbers or {"grid": N, "margin": M}', locations)
+    rotations = spec.get("rotations")
+    if isinstance(rotations, Mapping):
+        if set(rotations) - {"count"} or not _is_int(rotations.get("count", 18)):
+            raise bad("rotations", '{"count": N} with an integer N', dict(rotations))
+    elif "rotations" in spec:
+        numbers("rotations", rotations, "[0, 90, 180]")
+    for key in ("image_size", "num_classes"):
+        if key in spec and not _is_int(spec[key]):
+            raise bad(key, "an integer", spec[key])
+    for key in ("name", "label_space"):
+        if spec.get(key) is not None and not isinstance(spec[key], str):
+            raise bad(key, "a string", spec[key])
+    names = spec.get("class_names")
+    if names is not None and not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
+        raise bad("class_names", "a list of strings", names)
+
+
 def composite_from_spec(path: str | Path) -> CompositeDataset:
     """A :class:`CompositeDataset` from a JSON (or YAML) spec file; paths are relative to its folder::
 
@@ -401,25 +471,27 @@ def composite_from_spec(path: str | Path) -> CompositeDataset:
     for key in ("foregrounds", "backgrounds"):
         if key not in spec:
             raise ConfigError(f"composite spec {path}: missing {key!r}")
+    _check_spec_types(spec, path)
     base = path.parent
     rel = lambda p: p if p is None else base / p  # noqa: E731
-    fgs = []
-    for i, item in enumerate(spec["foregrounds"]):
-        if not isinstance(item, Mapping):
-            raise ConfigError(f"composite spec {path}: foreground {i} must be a mapping with image and class_id")
-        fgs.append({**item, "image": rel(item.get("image")), "mask": rel(item.get("mask"))})
+    fgs = [{**item, "image": rel(item.get("image")), "mask": rel(item.get("mask"))} for item in spec["foregrounds"]]
     bgs = spec["backgrounds"]
     bgs = base / bgs if isinstance(bgs, str) else [base / b for b in bgs]
-    locations = spec.get("locations", [[0.5, 0.5]])
-    if isinstance(locations, Mapping):
-        locations = location_grid(int(locations.get("grid", 1)), float(locations.get("margin", 0.1)))
-    rotations = spec.get("rotations", [0.0])
-    if isinstance(rotations, Mapping):
-        rotations = rotation_angles(int(rotations.get("count", 18)))
-    return composite_dataset(fgs, bgs, sizes=spec.get("sizes", [0.2]), locations=locations, rotations=rotations,
-                             image_size=spec.get("image_size", 224), num_classes=spec.get("num_classes", 1000),
-                             label_space=spec.get("label_space"), class_names=spec.get("class_names"),
-                             name=spec.get("name"))
+    try:
+        locations = spec.get("locations", [[0.5, 0.5]])
+        if isinstance(locations, Mapping):
+            locations = location_grid(int(locations.get("grid", 1)), float(locations.get("margin", 0.1)))
+        rotations = spec.get("rotations", [0.0])
+        if isinstance(rotations, Mapping):
+            rotations = rotation_angles(int(rotations.get("count", 18)))
+        return composite_dataset(fgs, bgs, sizes=spec.get("sizes", [0.2]), locations=locations,
+                                 rotations=rotations, image_size=spec.get("image_size", 224),
+                                 num_classes=spec.get("num_classes", 1000), label_space=spec.get("label_space"),
+                                 class_names=spec.get("class_names"), name=spec.get("name"))
+    except (ConfigError, DataError) as exc:     # the values' own checks: say which spec file they are in
+        if str(exc).startswith(f"composite spec {path}"):
+            raise
+        raise type(exc)(f"composite spec {path}: {exc}") from exc
 
 
 SPEC_LAYOUT = "a JSON/YAML spec listing foregrounds, backgrounds, sizes, locations, rotations"

@@ -23,11 +23,13 @@ from shiftbench.datasets._scan import (
     LayoutError,
     file_dataset,
     is_image_name,
+    outside_reason,
+    outside_root,
     require_dir,
     scan_class_folders,
     subdirs,
 )
-from shiftbench.datasets.base import FileDataset
+from shiftbench.datasets.base import FileDataset, text_name
 from shiftbench.datasets.manifest import LabelSpace, _norm, known_label_space, label_space_of
 from shiftbench.datasets.registry import register_dataset
 from shiftbench.errors import ConfigError, DataError, did_you_mean
@@ -47,7 +49,7 @@ IMAGENET_VAL_LABEL_FILES = ("LOC_val_solution.csv", "labels.csv", "val_labels.cs
 def _stray_images(root: Path, folders: set[str]) -> list[tuple[str, str]]:
     """Image files lying directly in ``root`` (outside any class folder), for ``skipped_on_scan``."""
     with os.scandir(root) as it:
-        return sorted((e.name, "image outside any class folder") for e in it
+        return sorted((text_name(e.name), "image outside any class folder") for e in it
                       if not e.name.startswith(".") and e.name not in folders and is_image_name(e.name) and e.is_file())
 
 
@@ -237,12 +239,14 @@ def image_folder(root: Path | str, name: str | None = None, classes: list[str] |
         raise LayoutError(name, expected, root / "<class>", f"no class folders in {root}")
     ex = scan_class_folders(root, {c: i for i, c in enumerate(names)})
     ds = file_dataset(name, root, ex, label_space=label_space or f"custom:{name}", num_classes=len(names),
-                      class_names=names, skipped=_stray_images(root, set(present)), expected=expected)
+                      class_names=[text_name(n) for n in names], skipped=_stray_images(root, set(present)),
+                      expected=expected)
     return _with_notes(ds, ())
 
 
 def _with_notes(ds: FileDataset, notes: tuple[str, ...]) -> FolderDataset:
-    return FolderDataset(**{**{f.name: getattr(ds, f.name) for f in fields(ds)}, "notes": notes})
+    """``ds`` as a :class:`FolderDataset` with ``notes`` added to its own (the scan's)."""
+    return FolderDataset(**{**{f.name: getattr(ds, f.name) for f in fields(ds)}, "notes": (*notes, *ds.notes)})
 
 
 # --------------------------------------------------------------------------- ImageNet val
@@ -286,23 +290,37 @@ def _read_val_labels(path: Path, name: str) -> list[tuple[str, int]]:
 
 def _imagenet_val_flat(root: Path, labels_file: Path, name: str, expected: str) -> FileDataset:
     rows = _read_val_labels(labels_file, name)
+    root_real = os.path.realpath(root)
+    outside: list[tuple[str, str]] = []
     with os.scandir(root) as it:
-        files = sorted(e.name for e in it if not e.name.startswith(".") and is_image_name(e.name) and e.is_file())
+        files = []
+        for e in sorted(it, key=lambda e: e.name):
+            if e.name.startswith(".") or not is_image_name(e.name):
+                continue
+            if e.is_symlink() and (real := outside_root(e.path, root_real)) is not None:
+                outside.append((e.name, outside_reason(real, root_real)))
+            elif e.is_file():
+                files.append(e.name)
     by_name = {f: f for f in files}
     by_stem: dict[str, str] = {}
     for f in files:
         by_stem.setdefault(os.path.splitext(f)[0], f)
+    away = {f for f, _ in outside} | {os.path.splitext(f)[0] for f, _ in outside}
     ex, used = Examples(), set()
     for f, target in rows:
         hit = by_name.get(f) or by_stem.get(f) or by_stem.get(os.path.splitext(f)[0])
+        if hit is None and (f in away or os.path.splitext(f)[0] in away):
+            continue  # a symlink out of the root: listed as skipped, not read
         if hit is None:
             n_missing = sum(1 for g, _ in rows if not (by_name.get(g) or by_stem.get(g) or by_stem.get(os.path.splitext(g)[0])))
             raise LayoutError(name, expected, root / f, f"{n_missing} of {len(rows)} images named in {labels_file.name} absent")
         if hit in used:
             raise DataError(f"{name}: {labels_file} lists {f!r} twice")
         used.add(hit)
-        ex.add(hit, target, root / hit)
-    ex.skipped = [(f, f"no label in {labels_file.name}") for f in files if f not in used]
+        ex.add(text_name(hit), target, root / hit)
+    ex.skipped = ([(text_name(f), f"no label in {labels_file.name}") for f in files if f not in used]
+                  + [(text_name(f), why) for f, why in outside])
+    ex.outside = [text_name(f) for f, _ in outside]
     return file_dataset(name, root, ex, label_space=IMAGENET, num_classes=1000, class_names=list(cm.imagenet_names()),
                         expected=expected)
 

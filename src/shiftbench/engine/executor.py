@@ -16,6 +16,7 @@ import pandas as pd
 
 from shiftbench.engine.request import EvalRequest
 from shiftbench.engine.runner import ProgressFn, failure, result_frame, run_models
+from shiftbench.models.device import check_device
 
 
 @runtime_checkable
@@ -36,6 +37,7 @@ class LocalExecutor:
         self.run_meta = dict(run_meta or {})
 
     def run(self, request: EvalRequest, progress: bool | ProgressFn = True) -> pd.DataFrame:
+        check_device(request.device)  # 'tpu7', or a GPU this machine lacks: one ConfigError, before any work
         rows, failed = run_models(request, progress=progress, run_meta=self.run_meta)
         if failed:
             raise failure(failed, request)

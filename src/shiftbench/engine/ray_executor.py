@@ -11,14 +11,85 @@ duplicate rows. Each task's run record in the store names the Ray node and task 
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import os
+import re
+import socket
+import sys
+import tempfile
+import warnings
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pandas as pd
 
 from shiftbench.engine.request import EvalRequest
 from shiftbench.engine.runner import ProgressFn, failure, result_frame
-from shiftbench.errors import ConfigError, ModelError
+from shiftbench.errors import ConfigError, ModelError, ShiftbenchError
+from shiftbench.models.device import check_device
+
+#: seconds the reachability check of ``--address`` waits for a TCP connection
+CONNECT_TIMEOUT = 5.0
+_ADDRESS_HINT = ("check --address (ray://HEAD:10001 for Ray Client, HEAD:6379 for a node of the cluster; "
+                 "`ray status` on the head node shows it) and that the cluster is running")
+
+
+def _host_port(address: str) -> tuple[str, int] | None:
+    """``(host, port)`` of a ``ray://host[:port]`` or ``host:port`` address (``None``: another
+    form, e.g. ``auto``, which Ray resolves itself)."""
+    m = re.fullmatch(r"(ray://)?\[?([A-Za-z0-9_.:-]+?)\]?(?::(\d+))?/?", address.strip())
+    if m is None or (m.group(3) is None and m.group(1) is None) or m.group(2) in ("auto", "local"):
+        return None
+    return m.group(2), int(m.group(3) or 10001)
+
+
+def check_reachable(address: str | None, timeout: float = CONNECT_TIMEOUT) -> None:
+    """A ConfigError naming ``address`` when nothing accepts a TCP connection there within
+    ``timeout`` seconds (Ray itself retries for 20-30 s before it gives up)."""
+    target = None if address is None else _host_port(address)
+    if target is None:
+        return
+    try:
+        with socket.create_connection(target, timeout=timeout):
+            pass
+    except OSError as exc:
+        why = "timed out" if isinstance(exc, socket.timeout) else (exc.strerror or str(exc))
+        raise ConfigError(f"cannot reach the Ray cluster at {address!r} ({why} after at most {timeout:g} s); "
+                          f"{_ADDRESS_HINT}") from exc
+
+
+@contextlib.contextmanager
+def _held_stderr() -> Iterator[None]:
+    """Hold back what is written to file descriptor 2 (Ray's C++ client logs a warning a second
+    while it retries a connection) and the Python warnings: replayed if the block succeeds,
+    dropped if it raises (the error then says what went wrong, in one line)."""
+    fd = 2                                # Ray's C++ core writes there, whatever sys.stderr is
+    try:
+        sys.stderr.flush()
+        saved = os.dup(fd)
+    except (AttributeError, OSError, ValueError):  # no descriptor 2: nothing to hold
+        yield
+        return
+    with tempfile.TemporaryFile() as held, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")   # held too (Ray Client's "connection timed out"): re-issued on success
+        os.dup2(held.fileno(), fd)
+        ok = False
+        try:
+            yield
+            ok = True
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, fd)
+            os.close(saved)
+            if ok:
+                held.seek(0)
+                data = held.read()
+                if data:
+                    sys.stderr.write(data.decode(errors="replace"))
+                    sys.stderr.flush()
+    if ok:
+        for w in caught:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
 def _run_slice(request: EvalRequest) -> tuple[list[dict[str, Any]], dict[str, str]]:
@@ -29,6 +100,7 @@ def _run_slice(request: EvalRequest) -> tuple[list[dict[str, Any]], dict[str, st
 
     from shiftbench.engine.runner import run_models  # deferred: loads Pillow, loads pyarrow
 
+    check_device(request.device)  # on the worker: its GPUs, not the driver's
     ctx = ray.get_runtime_context()
     rows, failed = run_models(request, progress=False, run_meta={
         "executor": "ray", "ray_node_id": ctx.get_node_id(), "ray_task_id": ctx.get_task_id()})
@@ -53,6 +125,22 @@ class RayExecutor:
         self.address, self.max_retries = address, max_retries
         self.num_cpus_per_task, self.runtime_env, self.shards = num_cpus_per_task, runtime_env, shards
 
+    def _connect(self, ray: Any) -> None:
+        """``ray.init`` at ``self.address`` (or a local instance); an address nothing answers at,
+        or that is not a Ray cluster, is a one-line ConfigError naming it."""
+        check_reachable(self.address)
+        local = self.address is None
+        where = "start a local Ray instance" if local else f"connect to the Ray cluster at {self.address!r}"
+        try:
+            with contextlib.nullcontext() if local else _held_stderr():
+                ray.init(address=self.address, ignore_reinit_error=True, include_dashboard=False,
+                         log_to_driver=False, configure_logging=False)
+        except (ConnectionError, RuntimeError, TimeoutError, ValueError) as exc:
+            lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+            why = lines[0] if lines else type(exc).__name__
+            hint = "see the logs in /tmp/ray/session_latest/logs" if local else _ADDRESS_HINT
+            raise ConfigError(f"cannot {where} ({why}); {hint}") from exc
+
     def run(self, request: EvalRequest, progress: bool | ProgressFn = False) -> pd.DataFrame:
         """``progress`` is not shown (the passes run on the workers); the argument keeps the
         :class:`~shiftbench.engine.executor.Executor` interface."""
@@ -60,10 +148,10 @@ class RayExecutor:
             import ray  # deferred: loads ray
         except ImportError as exc:  # pragma: no cover - ray is installed by the Makefile
             raise ConfigError("--executor ray needs Ray: pip install 'shiftbench[ray]'") from exc
+        check_device(request.device, here=False)   # the spelling; whether a worker has it, on the worker
         started_here = not ray.is_initialized()
         if started_here:
-            ray.init(address=self.address, ignore_reinit_error=True, include_dashboard=False, log_to_driver=False,
-                     configure_logging=False)
+            self._connect(ray)
         try:
             options: dict[str, Any] = {"num_cpus": self.num_cpus_per_task, "max_retries": self.max_retries}
             if self.runtime_env:
@@ -72,7 +160,12 @@ class RayExecutor:
             shards = self.shards or max(1, int(ray.cluster_resources().get("CPU", 1) // self.num_cpus_per_task))
             if request.force:  # each task forgets its keys first: one task per dataset, or shards would race
                 shards = 1
-            outputs = ray.get([remote.remote(task) for task in request.tasks(shards)])
+            try:
+                outputs = ray.get([remote.remote(task) for task in request.tasks(shards)])
+            except ray.exceptions.RayTaskError as exc:   # a task raised: its ShiftbenchError, as itself
+                if isinstance(exc.cause, ShiftbenchError):
+                    raise exc.cause from exc
+                raise
         finally:
             if started_here:
                 ray.shutdown()

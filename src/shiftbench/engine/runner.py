@@ -10,6 +10,14 @@ recomputed unless ``force=True``.
 
 Images that cannot be decoded are not dropped: they are stored as ``skipped`` rows with the
 reason, counted in ``n_skipped`` and listed in the result.
+
+The chunk size is not part of a result's key: it only numbers the parts. A finished key is
+reused whatever ``chunk_size`` a later run asks for; an unfinished key whose parts were written
+with another chunk size is restarted cleanly (its parts removed, its chunk size re-recorded in
+``keys/<key>.json``), never continued with mixed numbering. A key that another run forgets
+(``--force``) while this run computes it is noticed when this run finishes it (a part missing, or
+rows that are not exactly the key's examples) and its missing chunks are computed again, so a
+run reports every result it was asked for or raises a :class:`StoreError` saying why.
 """
 from __future__ import annotations
 
@@ -31,9 +39,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
 from rich.text import Text
 
-from shiftbench.datasets.base import ImageDataset, ImageDecodeError
+from shiftbench.datasets.base import ImageDataset, ImageDecodeError, text_name
 from shiftbench.engine.request import EvalRequest
-from shiftbench.errors import ConfigError, ModelError, ShiftbenchError, ShiftError
+from shiftbench.errors import ConfigError, ModelError, ShiftbenchError, ShiftError, StoreError
 from shiftbench.models import check_logits, load_model
 from shiftbench.models.base import LoadedModel
 from shiftbench.settings import Setting
@@ -49,6 +57,12 @@ VERSION_KEY = ".".join(__version__.split(".")[:2])
 MAP_BOOTSTRAP = 1000
 RESULT_KEYS = ["model", "setting", "accuracy", "top5", "n_examples", "n_skipped"]
 ProgressFn = Callable[[str, int, int], None]
+#: The chunk size in every key's digest: a constant, not the run's ``chunk_size`` (which only numbers
+#: the parts), so keys written when the chunk size was part of the key, with its default 1024, stay valid.
+KEY_CHUNK_SIZE = 1024
+#: How many times a run computes again the chunks another run removed (``--force``) while it
+#: computed them, before it gives up with a :class:`StoreError`.
+RESET_RETRIES = 2
 
 
 # ---------------------------------------------------------------------------- decoding
@@ -148,6 +162,15 @@ def _score(job: _Job, dataset: ImageDataset, idx: np.ndarray, logits: np.ndarray
     return _Scored(idx, errors, cols)
 
 
+def _strings(values: Sequence[str | None]) -> pa.Array:
+    """A text column; a string Arrow cannot hold (a file name with undecodable bytes, carried as
+    surrogate escapes) is written with those bytes as ``\\xNN`` (:func:`text_name`)."""
+    try:
+        return pa.array(values, pa.string())
+    except UnicodeEncodeError:
+        return pa.array([None if v is None else text_name(v) for v in values], pa.string())
+
+
 def _part_table(dataset: ImageDataset, parts: Sequence[_Scored]) -> pa.Table:
     """Per-example rows of one chunk for one setting, from its scored batches."""
     idx = np.concatenate([p.idx for p in parts])
@@ -157,12 +180,12 @@ def _part_table(dataset: ImageDataset, parts: Sequence[_Scored]) -> pa.Table:
     n = len(idx)
     return pa.table({
         "index": pa.array(idx, pa.int64()),
-        "id": pa.array([dataset.ids[i] for i in idx], pa.string()),
+        "id": _strings([dataset.ids[i] for i in idx]),
         "target": _targets_column(targets),
-        "group": pa.array([dataset.groups[i] for i in idx] if dataset.groups else [None] * n, pa.string()),
+        "group": _strings([dataset.groups[i] for i in idx] if dataset.groups else [None] * n),
         "offset": pa.array([dataset.offsets[i] for i in idx] if dataset.offsets else [None] * n, pa.int32()),
         "status": pa.array(["skipped" if e else "ok" for e in errors], pa.string()),
-        "error": pa.array([e or None for e in errors], pa.string()),
+        "error": _strings([e or None for e in errors]),
         "pred": pa.array(cols["pred"]),
         "top5": pa.array(list(cols["top5"]), pa.list_(pa.int32())),
         "correct": pa.array(cols["correct"]), "correct5": pa.array(cols["correct5"]),
@@ -257,12 +280,16 @@ class Pass:
         self.chunk_size, self.keep_logits = chunk_size, keep_logits
         self.shift, self.seed = shift, seed
         self.n_chunks = math.ceil(len(dataset) / chunk_size) if len(dataset) else 0
-        self.pass_key = digest({
+        ident = {
             "model": model.name, "weights": model.fingerprint, "preprocessing": model.preprocessing.to_dict(),
             "dataset": dataset.name, "examples": digest(dataset.ids), "n": len(dataset),
             "shift": None if shift is None else shift.id, "seed": None if shift is None or not shift.random else seed,
-            "chunk_size": chunk_size, "version": VERSION_KEY,
-            **({"multi_label": True} if dataset.multi_label else {})})
+            "version": VERSION_KEY, **({"multi_label": True} if dataset.multi_label else {})}
+        # what the results depend on; the chunk size only numbers parts, so it is a constant here ...
+        self.pass_key = digest({**ident, "chunk_size": KEY_CHUNK_SIZE})
+        # ... but kept logits are read back by chunk number: their folder depends on the chunk size
+        self.logits_key = digest({**ident, "chunk_size": chunk_size})
+        self.notes: list[str] = []
         self.jobs: list[_Job] = []
         # labels are part of a result's key (not of the pass: kept logits do not depend on them), so
         # relabelling a manifest or changing its label space recomputes the scores, never reuses stale ones
@@ -278,12 +305,38 @@ class Pass:
                                  "setting": s.name, "dataset": dataset.name, "convention": conv,
                                  "shift": None if shift is None else shift.id, "seed": seed,
                                  "preprocessing": model.preprocessing.to_dict(), "pass": self.pass_key,
-                                 "n_examples_in_dataset": len(dataset), "version": __version__})
-            if force:
-                store.forget(key)
+                                 "n_examples_in_dataset": len(dataset), "version": __version__,
+                                 "chunk_size": chunk_size})
+            with store.key_lock(key):
+                if force:
+                    store.forget(key)
+                self._check_key(key, s.name)
             self.jobs.append(_Job(s, view, key, np.asarray(view.keep(dataset.targets), dtype=bool)))
         self.conventions = {j.key: (convention if j.setting.uses_convention else "full") for j in self.jobs}
         self._wanted: tuple[int | None, list[_Job]] = (None, [])
+        self._reported: set[str] = set()
+        #: jobs the last :meth:`finish` could not finish (parts missing: another run forgot the key)
+        self.unfinished: list[_Job] = []
+
+    def _check_key(self, key: str, setting: str) -> None:
+        """A finished key's result must be readable (a malformed ``done/<key>.json`` is a one-line
+        StoreError now, before any forward pass); an unfinished key whose parts are numbered in
+        another chunk size is restarted with this one (under the key's lock)."""
+        if self.store.is_done(key):
+            self.store.read_done(key)
+            return
+        try:
+            meta = self.store.key_meta(key)
+        except FileNotFoundError:
+            meta = None
+        recorded = meta.get("chunk_size", KEY_CHUNK_SIZE) if isinstance(meta, dict) else None
+        if recorded == self.chunk_size:
+            return
+        if self.store.parts(key):
+            self.store.forget_parts(key)
+            self.notes.append(f"model {self.model.name!r} on {setting!r}: its unfinished parts were written with "
+                              f"--chunk-size {recorded}; restarting it with {self.chunk_size}")
+        self.store.update_key_meta(key, chunk_size=self.chunk_size)
 
     def todo_chunks(self) -> list[int]:
         """Chunks (of this pass's shard) some unfinished setting still lacks, in order."""
@@ -309,21 +362,21 @@ class Pass:
             parts = [b.scored[job.key] for b in batches if job.key in b.scored]
             if parts and not self.store.is_done(job.key) and chunk not in self.store.parts(job.key):
                 self.store.write_part(job.key, chunk, _part_table(self.dataset, parts))
-        if self.keep_logits and not self.store.has_logits(self.pass_key, chunk):
+        if self.keep_logits and not self.store.has_logits(self.logits_key, chunk):
             idx = np.concatenate([b.idx for b in batches])
             errors = [e for b in batches for e in b.errors]
             half = np.concatenate([b.logits for b in batches])
-            self.store.write_logits(self.pass_key, chunk, pa.table({
-                "index": pa.array(idx, pa.int64()), "error": pa.array([e or None for e in errors], pa.string()),
+            self.store.write_logits(self.logits_key, chunk, pa.table({
+                "index": pa.array(idx, pa.int64()), "error": _strings([e or None for e in errors]),
                 "logits": pa.FixedSizeListArray.from_arrays(pa.array(half.ravel(), pa.float16()), half.shape[1])}))
 
     def _write_chunk(self, chunk: int, idx: np.ndarray, logits: np.ndarray, errors: Sequence[str]) -> None:
         self.write(chunk, [self.score(chunk, idx, logits, errors)])
 
     def _from_stored_logits(self, chunk: int) -> bool:
-        if not self.store.has_logits(self.pass_key, chunk):
+        if not self.store.has_logits(self.logits_key, chunk):
             return False
-        table = self.store.read_logits(self.pass_key, chunk)
+        table = self.store.read_logits(self.logits_key, chunk)
         width = table.schema.field("logits").type.list_size
         logits = table.column("logits").combine_chunks().flatten().to_numpy(zero_copy_only=False)
         logits = logits.reshape(-1, width).astype(np.float32)
@@ -375,29 +428,56 @@ class Pass:
             raise ShiftError(shift_failure(self.shift.id, [j.setting.name for j in self.jobs], exc)) from exc
 
     def finish(self) -> list[dict[str, Any]]:
-        """Summarise and mark done every setting whose chunks are all present."""
+        """Summarise and mark done every setting whose chunks are all present; the result rows of
+        the settings not reported by an earlier call. The settings still lacking a chunk (or whose
+        parts are not exactly their examples: another run forgot the key while this one wrote it)
+        are left in :attr:`unfinished`."""
         rows = []
+        self.unfinished = []
         for job in self.jobs:
-            if not self.store.is_done(job.key):
-                if len(self.store.parts(job.key) & set(range(self.n_chunks))) < self.n_chunks:
-                    continue
-                frame = self.store.read_predictions(job.key)
-                summary = summarise(frame, job.setting)
-                if self.dataset.multi_label:
-                    summary.update(multilabel_summary(frame, self.dataset), accuracy_rule="top-1-in-set")
-                scan = list(getattr(self.dataset, "skipped_on_scan", []) or [])
-                summary.update(n_skipped_on_scan=len(scan), skipped_on_scan=[f"{i}: {why}" for i, why in scan[:100]])
-                summary.update(shift=None if self.shift is None else self.shift.id, seed=self.seed)
-                summary.update(label_space=self.dataset.label_space, notes=list(getattr(self.dataset, "notes", ())))
-                summary.update(model=self.model.name, setting=job.setting.name, dataset=self.dataset.name,
-                               convention=self.conventions[job.key], spec=self.model.spec,
-                               model_type=self.model.metadata.get("model_type", "UNKNOWN"),
-                               arch=self.model.metadata.get("arch"), tags=list(self.model.metadata.get("tags", ())),
-                               preprocessing=self.model.preprocessing.to_dict(), weights=self.model.fingerprint,
-                               version=__version__)
-                self.store.finish(job.key, summary)
-            rows.append(self.store._read_json(self.store.root / "done" / f"{job.key}.json"))
+            if job.key in self._reported:
+                continue
+            with self.store.key_lock(job.key):
+                row = self._finish_job(job)
+            if row is None:
+                self.unfinished.append(job)
+            else:
+                self._reported.add(job.key)
+                rows.append(row)
         return rows
+
+    def _complete(self, job: _Job, frame: pd.DataFrame) -> bool:
+        """``frame`` (a key's stored rows) holds each of the job's examples exactly once."""
+        want = np.flatnonzero(job.keep)
+        if "index" not in frame or len(frame) != len(want):
+            return False
+        return bool(np.array_equal(frame["index"].to_numpy(dtype=np.int64), want))
+
+    def _finish_job(self, job: _Job) -> dict[str, Any] | None:
+        """Under the key's lock: the job's finished result (summarised and stored now if all its
+        chunks are present), or ``None`` while it lacks a chunk."""
+        if not self.store.is_done(job.key):
+            if len(self.store.parts(job.key) & set(range(self.n_chunks))) < self.n_chunks:
+                return None
+            frame = self.store.read_predictions(job.key)
+            if not self._complete(job, frame):  # parts of another run's numbering: compute them again
+                self.store.forget_parts(job.key)
+                return None
+            summary = summarise(frame, job.setting)
+            if self.dataset.multi_label:
+                summary.update(multilabel_summary(frame, self.dataset), accuracy_rule="top-1-in-set")
+            scan = list(getattr(self.dataset, "skipped_on_scan", []) or [])
+            summary.update(n_skipped_on_scan=len(scan), skipped_on_scan=[f"{i}: {why}" for i, why in scan[:100]])
+            summary.update(shift=None if self.shift is None else self.shift.id, seed=self.seed)
+            summary.update(label_space=self.dataset.label_space, notes=list(getattr(self.dataset, "notes", ())))
+            summary.update(model=self.model.name, setting=job.setting.name, dataset=self.dataset.name,
+                           convention=self.conventions[job.key], spec=self.model.spec,
+                           model_type=self.model.metadata.get("model_type", "UNKNOWN"),
+                           arch=self.model.metadata.get("arch"), tags=list(self.model.metadata.get("tags", ())),
+                           preprocessing=self.model.preprocessing.to_dict(), weights=self.model.fingerprint,
+                           version=__version__)
+            self.store.finish(job.key, summary)
+        return self.store.read_done(job.key)
 
 
 def shift_failure(shift_id: str, settings: Sequence[str], exc: BaseException) -> str:
@@ -515,7 +595,12 @@ def expected_width(dataset: ImageDataset, views: Sequence[Any] = ()) -> int:
 
 
 def _check_logits(logits: np.ndarray, model: LoadedModel, errors: Sequence[str], expected: int) -> None:
-
+    """A :class:`ModelError` naming the model unless ``logits`` has one finite row of ``expected``
+    logits per image of the batch (``errors``: one entry per image, '' where it was decoded)."""
+    if logits.ndim == 2 and logits.shape[0] != len(errors):
+        raise ModelError(f"model {model.name!r} returned logits of shape {tuple(logits.shape)} for a batch of "
+                         f"{len(errors)} images; expected ({len(errors)}, {expected}): its forward must return "
+                         "one row per input image")
     good = np.array([not e for e in errors], dtype=bool)
     if good.any():
         check_logits(logits[good], model.name, expected)
@@ -673,9 +758,13 @@ def _run_group(models: Sequence[LoadedModel], request: EvalRequest, store: Store
             by_outputs.setdefault(outputs, []).extend(_passes(m, ds, group, request, store))
         streams += by_outputs.values()
     started = time.time()
+    if progress is True:
+        for note in dict.fromkeys(n for ps in streams for p in ps for n in p.notes):
+            print(f"note: {note}", file=sys.stderr)
     chunks = {m.name: sum(len(p.todo_chunks()) for ps in streams for p in ps if p.model is m) for m in models}
     rows: list[dict[str, Any]] = []
     failed: dict[str, ModelError] = {}
+    lost: list[str] = []
     with _progress(progress, models[0].name) as tick:
         for passes in streams:
             live = [p for p in passes if p.model.name not in failed]
@@ -683,16 +772,21 @@ def _run_group(models: Sequence[LoadedModel], request: EvalRequest, store: Store
                 continue
             if progress is True and (note := _pipelines_note(live)):
                 print(f"note: {note}", file=sys.stderr)
-            ds = live[0].dataset
-            todo = sorted(set().union(*(p.todo_chunks() for p in live)))
-            n_images = sum(min(len(ds), (c + 1) * request.chunk_size) - c * request.chunk_size for c in todo)
-            names = list(dict.fromkeys(p.model.name for p in live))
-            shifts = len({p.shift.id for p in live if p.shift is not None})
-            tick((names[0] if len(names) == 1 else f"{len(names)} models") + f" on {ds.name}"
-                 + (f" (+{shifts} shifts)" if shifts else ""), 0, n_images)
-            failed.update(run_dataset(live, device=device, batch_size=request.batch_size, workers=request.workers,
-                                      on_images=lambda k: tick(None, k, None)))
-            rows += [row for p in live if p.model.name not in failed for row in p.finish()]
+            for attempt in range(RESET_RETRIES + 1):
+                _stream(live, request, device, tick, failed, again=attempt > 0)
+                live = [p for p in live if p.model.name not in failed]
+                rows += [row for p in live for row in p.finish()]
+                # a shard leaves the other shards' chunks to them; a whole run finishes every key
+                live = [p for p in live if p.unfinished] if request.shard is None else []
+                if not live:
+                    break
+                reset = [f"{p.model.name!r} on {j.setting.name!r}" for p in live for j in p.unfinished]
+                if attempt == RESET_RETRIES:
+                    lost += reset
+                elif progress is True:
+                    print(f"note: another run (--force, or another --chunk-size) removed parts of {len(reset)} "
+                          f"result(s) while this run computed them ({', '.join(reset[:5])}); computing them again",
+                          file=sys.stderr)
     finished = time.time()
     for m in models:
         meta = {"model": m.name, "spec": m.spec,
@@ -705,7 +799,28 @@ def _run_group(models: Sequence[LoadedModel], request: EvalRequest, store: Store
         if m.name in failed:
             meta["error"] = str(failed[m.name])
         store.record_run(meta)
+    if lost:
+        raise StoreError(f"{store.root}: another run removed the parts of {len(lost)} result(s) "
+                         f"{RESET_RETRIES + 1} times while this run computed them ({', '.join(lost[:5])}); "
+                         "a run with --force or another --chunk-size is evaluating them: rerun when it has "
+                         "finished")
     return rows, failed
+
+
+def _stream(passes: Sequence[Pass], request: EvalRequest, device: str, tick: Callable[[str | None, int, int | None], None],
+            failed: dict[str, ModelError], again: bool = False) -> None:
+    """One stream of a dataset through ``passes`` (:func:`run_dataset`), with its progress line;
+    the models that fail are added to ``failed``. ``again``: the chunks another run removed."""
+    ds = passes[0].dataset
+    todo = sorted(set().union(*(p.todo_chunks() for p in passes)))
+    n_images = sum(min(len(ds), (c + 1) * request.chunk_size) - c * request.chunk_size for c in todo)
+    names = list(dict.fromkeys(p.model.name for p in passes))
+    shifts = len({p.shift.id for p in passes if p.shift is not None})
+    tick((names[0] if len(names) == 1 else f"{len(names)} models") + f" on {ds.name}"
+         + (f" (+{shifts} shifts)" if shifts else "") + (" (again: parts removed by another run)" if again else ""),
+         0, n_images)
+    failed.update(run_dataset(passes, device=device, batch_size=request.batch_size, workers=request.workers,
+                              on_images=lambda k: tick(None, k, None)))
 
 
 def _release(models: Sequence[LoadedModel], request: EvalRequest, device: str) -> None:

@@ -25,6 +25,7 @@ import functools
 import inspect
 import os
 import re
+import signal
 import sys
 import textwrap
 
@@ -904,6 +905,9 @@ class FigureWriter:
         try:
             for fut in self._pending:
                 fut.result()
+        except (KeyboardInterrupt, SystemExit):
+            self.abort()   # interrupted: end the workers now, not after every queued figure
+            raise
         finally:
             self._pending.clear()
             for pool in (self._pool, self._analyses):
@@ -913,13 +917,63 @@ class FigureWriter:
         if self.shared is not None:
             self.shared.prune()
 
+    def abort(self) -> None:
+        """End the worker processes now, dropping queued and running figures and analyses (an
+        interrupted build: Ctrl-C, SystemExit); :meth:`wait` then has nothing left to wait for."""
+        self._pending.clear()
+        pools, self._pool, self._analyses = (self._pool, self._analyses), None, None
+        for pool in pools:
+            if pool is not None:
+                _stop_pool(pool)
+
 
 def _forked_pool(workers: int, niceness: int):  # noqa: ANN202 - a ProcessPoolExecutor, imported lazily
-    """Forked worker processes (see :class:`FigureWriter`) at ``niceness``."""
+    """Forked worker processes (see :class:`FigureWriter`) at ``niceness``, each dying with this
+    process (:func:`die_with_parent`): a report killed with SIGKILL or SIGTERM leaves no worker behind."""
     import multiprocessing as mp  # deferred: only when figures are written in the background
     from concurrent.futures import ProcessPoolExecutor  # deferred: as above
 
-    return ProcessPoolExecutor(workers, mp_context=mp.get_context("fork"), initializer=os.nice, initargs=(niceness,))
+    return ProcessPoolExecutor(workers, mp_context=mp.get_context("fork"), initializer=_start_worker,
+                               initargs=(os.getpid(), niceness))
+
+
+def _start_worker(parent: int, niceness: int) -> None:
+    """Initializer of a report worker: :func:`die_with_parent`, then run at ``niceness``."""
+    die_with_parent(parent)
+    os.nice(niceness)
+
+
+#: ``prctl(2)`` option: the signal a process gets when the thread that forked it exits (Linux).
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent: int) -> None:
+    """Have this (forked) process killed with SIGKILL when its parent ``parent`` dies, by
+    ``prctl(PR_SET_PDEATHSIG)`` on Linux (elsewhere nothing is asked), and exit at once if the
+    parent is already gone (it died before the call: this process was handed to another).
+
+    The signal is sent when the *thread* that forked this process exits: the report forks its
+    workers from the thread that builds it, which outlives them."""
+    if sys.platform.startswith("linux"):
+        import ctypes  # deferred: only in a worker
+
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _stop_pool(pool) -> None:  # noqa: ANN001 - a ProcessPoolExecutor, imported lazily
+    """Shut ``pool`` down without waiting (queued work cancelled) and terminate its processes."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        try:
+            process.terminate()
+        except (OSError, ValueError):   # already gone, or closed
+            pass
 
 
 def _type_legend_scatter(ax: Axes, frame, xcol: str, ycol: str) -> None:

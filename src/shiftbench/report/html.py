@@ -302,6 +302,9 @@ def write_html_report(
     try:
         _analyse(ctx, testbeds, shifts)
         document = _document(title, _body(ctx, title))
+    except (KeyboardInterrupt, SystemExit):
+        ctx.figures.abort()  # interrupted: end the figure and analysis workers now
+        raise
     finally:
         ctx.figures.wait()   # every static figure written (or its error raised) before the page
     path = out / "index.html"

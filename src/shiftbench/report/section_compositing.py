@@ -26,9 +26,9 @@ from shiftbench.report.sections import (
     pair_html,
     register_section,
     section_html,
-    slug,
     small_table,
 )
+from shiftbench.report.tables import file_slug
 from shiftbench.studies.compositing import STUDY_KIND, heatmap_from_study
 
 PALETTE = tuple(c for c, _ in TYPE_STYLE.values()) + EXTRA_COLOURS
@@ -203,7 +203,7 @@ class CompositingSection(Section):
             parts.append(pair_html(maps[0][2], "".join(side)))
         else:   # one model's location map at a time
             parts.append(pair_html(choice_html("Location map of", maps), "".join(side)))
-        stem = ctx.out_dir / "compositing" / slug(dataset)
+        stem = ctx.out_dir / "compositing" / file_slug(dataset)
         cols = [c for c in ("model", "factor", "value", "label", "x", "y", "accuracy", "n", "normalised")
                 if c in sub.columns]
         parts.append(file_row(ctx.static_plot(stem, plot_compositing, sub, title=f"Object compositing on {dataset}"),

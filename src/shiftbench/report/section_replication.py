@@ -27,7 +27,6 @@ from shiftbench.report.sections import (
     esc,
     register_section,
     section_html,
-    slug,
     small_table,
 )
 from shiftbench.studies.replication import STUDY_KIND
@@ -94,7 +93,7 @@ class ReplicationSection(Section):
             scatter = class_means_figure(study, title=f"Per-class mean selection frequency ({name})")
             if scatter is not None:
                 parts.append(ctx.plot(scatter))
-            stem = ctx.out_dir / "replication" / slug(name)
+            stem = ctx.out_dir / "replication" / name     # a study's name is a file name in the store already
             parts.append(ctx.static_plot(stem, plot_replication, study, meta))
             shown = bins.assign(bin=[f"[{lo:g}, {hi:g}{']' if i == len(bins) - 1 else ')'}"
                                      for i, (lo, hi) in enumerate(zip(bins["lower"], bins["upper"]))])

@@ -27,9 +27,9 @@ from shiftbench.report.sections import (
     register_section,
     section_html,
     side_html,
-    slug,
     small_table,
 )
+from shiftbench.report.tables import file_slug
 from shiftbench.studies.resolution import STUDY_KIND
 
 PALETTE = tuple(c for c, _ in TYPE_STYLE.values()) + EXTRA_COLOURS
@@ -168,7 +168,7 @@ class ResolutionSection(Section):
                         + "</ul></details>")
         if sub["accuracy"].notna().any():
             parts.append(side_html("".join(side), ctx.plot(resolution_figure(sub, title=title), half=True)))
-            stem = ctx.out_dir / "resolution" / slug(setting)
+            stem = ctx.out_dir / "resolution" / file_slug(setting)
             files.append(ctx.static_plot(stem, plot_resolution, sub, title=title))
         else:
             parts.extend(side)
@@ -179,7 +179,7 @@ class ResolutionSection(Section):
                          columns={"accuracy": "top-1 %", "top5": "top-5 %", "n_examples": "examples"}),
                          {"resolution": "d", "resize": ".0f", "top-1 %": ".2f", "top-5 %": ".2f", "examples": "d"})
                      + "</details>")
-        files.append(ctx.table(sub, ctx.out_dir / "resolution" / slug(setting),
+        files.append(ctx.table(sub, ctx.out_dir / "resolution" / file_slug(setting),
                                f"Top-1 accuracy (%) against test resolution on {setting}"))
         parts.append(file_row(*files))
         return "".join(parts)

@@ -10,9 +10,12 @@ settings made by a synthetic shift (``<setting>+<shift>``: every corruption at e
 are drawn only when the store has no other, and then at most :data:`MAX_SHIFTED` of them (one
 matrix per corruption and severity repeated the same story and made the page 50 matrices long;
 ``shiftbench similarity --setting S`` computes any of them). The full tables of the drawn
-settings are written as CSV next to the report.
+settings are written as CSV next to the report, named by :func:`similarity_stem` (one stem per
+setting: ``similarity/<setting slug>-<hash>-pairs.csv``, ...).
 """
 from __future__ import annotations
+
+from pathlib import Path
 
 import pandas as pd
 
@@ -34,10 +37,10 @@ from shiftbench.report.sections import (
     pair_html,
     register_section,
     section_html,
-    slug,
     small_table,
 )
 from shiftbench.report.similarity_figures import MAX_MODELS, plot_similarity_matrices, similarity_heatmap
+from shiftbench.report.tables import file_slug
 
 MAX_SETTINGS = 12
 MAX_SHIFTED = 4
@@ -61,6 +64,20 @@ def drawn_settings(settings: list[str]) -> tuple[list[str], list[str]]:
     unshifted = [s for s in settings if "+" not in s]
     shifted = [s for s in settings if "+" in s]
     return unshifted[:MAX_SETTINGS] or shifted[:MAX_SHIFTED], shifted
+
+
+def similarity_stem(out_dir: Path, setting: str) -> Path:
+    """The stem of a setting's files in the report folder ``out_dir``:
+    ``similarity/<setting slug>-<hash>`` (:func:`~shiftbench.report.tables.file_slug`), followed by
+    ``.png``/``.pdf`` (the matrices), ``-pairs.csv`` (:func:`pairs_csv`) and ``-unsolved.csv``/``.md``
+    /``.tex``. Two settings never share a stem, also when they differ only in ``/``, ``_``, ``-``,
+    spaces or case."""
+    return Path(out_dir) / "similarity" / file_slug(setting)
+
+
+def pairs_csv(stem: Path) -> Path:
+    """The CSV of every pair of models next to the figures of :func:`similarity_stem` ``stem``."""
+    return stem.with_name(stem.name + "-pairs.csv")
 
 
 def dissimilar_pairs(pairs: pd.DataFrame, n: int = TOP_PAIRS) -> pd.DataFrame:
@@ -159,7 +176,7 @@ class SimilaritySection(Section):
                                    code=self._code)
         except ShiftbenchError as exc:
             return head + f'not computed: {esc(exc)}.</p>'
-        out_stem = ctx.out_dir / "similarity" / slug(setting)
+        out_stem = similarity_stem(ctx.out_dir, setting)
         out_stem.parent.mkdir(parents=True, exist_ok=True)
         excluded = []
         if matrix.n_skipped:
@@ -176,12 +193,12 @@ class SimilaritySection(Section):
             ctx.plot(similarity_heatmap(sim, "dominance_probability", with_setting=False), half=True),
             ctx.plot(similarity_heatmap(sim, "error_consistency", with_setting=False), half=True)))
         # the most dissimilar pairs under the matrices, their heading on the line of the files
-        sim.pairs.to_csv(out_stem.with_name(out_stem.name + "-pairs.csv"), index=False)
+        sim.pairs.to_csv(pairs_csv(out_stem), index=False)
         parts.append(file_row(f"<h4>Most dissimilar pairs (top {min(TOP_PAIRS, len(sim.pairs))} by dominance "
                               "probability)</h4>",
                               ctx.static_plot(out_stem, plot_similarity_matrices, sim),
                               f'<p class="sb-files">Every pair: '
-                              f'{ctx.link(out_stem.with_name(out_stem.name + "-pairs.csv"))}</p>'))
+                              f'{ctx.link(pairs_csv(out_stem))}</p>'))
         parts.append(compact(small_table(dissimilar_pairs(sim.pairs), {"acc. less %": ".2f", "acc. more %": ".2f",
                                                                        "dominance prob.": ".4f", "κ": "+.3f"})))
         parts.append(self._unsolved(ctx, matrix, out_stem))

@@ -24,9 +24,9 @@ from shiftbench.report.sections import (
     pair_html,
     register_section,
     section_html,
-    slug,
     small_table,
 )
+from shiftbench.report.tables import trajectory_stem
 from shiftbench.report.trajectory_figures import (
     plot_trajectory,
     plot_trajectory_er,
@@ -115,7 +115,7 @@ class TrajectorySection(Section):
                          f"{s['peak_step']} ({x} {s['peak_x_acc']:.2f}%), {s['end_er']:+.2f} pp at the last step "
                          f"{s['end_step']} ({x} {s['end_x_acc']:.2f}%, {y} {s['end_y_acc']:.2f}%).</li>")
         body = [head, f'<ul class="sb-tight">{"".join(lines)}</ul>']
-        stem = tb.dir / f"trajectory_{slug(y)}_vs_{slug(x)}"
+        stem = tb.dir / trajectory_stem(x, y)
         title = f"Fine-tuning trajectories ({tb.testbed.name}): {y} vs {x}"
         by = "epoch" if all(e["epoch"].notna().all() for e in ers.values()) else "step"
         er_title = f"Effective robustness on {y} during fine-tuning ({tb.testbed.name})"

@@ -66,7 +66,7 @@ from shiftbench.report.interactive import (
     trend_figure,
 )
 from shiftbench.report.shifts import ShiftAnalysis, fits_table
-from shiftbench.report.tables import placement_table, write_table
+from shiftbench.report.tables import file_slug, placement_table, write_table
 from shiftbench.store import Store
 from shiftbench.testbed import Testbed
 
@@ -88,7 +88,9 @@ def esc(text: object) -> str:
 
 
 def slug(text: str) -> str:
-    """A lowercase ``[a-z0-9-]`` identifier for anchors and file names."""
+    """A lowercase ``[a-z0-9-]`` identifier for anchors (:meth:`ReportContext.anchor` makes each
+    unique on the page). Not for file names: different names share a slug (``a/b``, ``a-b``);
+    files are named with :func:`~shiftbench.report.tables.file_slug`."""
     return re.sub(r"[^a-z0-9]+", "-", str(text).lower()).strip("-") or "x"
 
 
@@ -526,7 +528,7 @@ class ShiftSections(Section):
         if ctx.figure_formats:
             kw = dict(fit=a.fit, band=a.band, title=shift.label, highlight=marked)
             parts.append(file_row(ctx.static_figure_lazily(functools.partial(plot_trend, t, shift.x, shift.y, **kw),
-                                                           tb.dir / shift.slug,
+                                                           tb.dir / file_slug(shift.label),
                                                            plot_trend_inputs(t, shift.x, shift.y, **kw))))
         parts.append(f'<h4 class="sb-tight">Most effectively robust (top {len(best)})</h4>')
         parts.append(compact(small_table(best.rename(columns={"effective_robustness": "ER (pp)", "er_low": "95% low",
@@ -734,11 +736,11 @@ def model_table(ctx: ReportContext, tb: TestbedReport) -> tuple[pd.DataFrame, li
             continue
         if a.shift.y not in shown_y and a.shift.y != id_setting:
             shown_y.add(a.shift.y)
-            key = f"acc_{a.shift.slug}"
+            key = _new_column(table, f"acc_{a.shift.slug}")      # two labels may share a slug
             table[key] = t.accuracies[a.shift.y]
             cols.append({"key": key, "label": f"{a.shift.label} %", "kind": "num", "digits": 2, "group": a.shift.label,
                          "title": f"Accuracy on {a.shift.y} (%)"})
-        key = f"er_{a.shift.slug}"
+        key = _new_column(table, f"er_{a.shift.slug}")
         table[key] = a.er["effective_robustness"].reindex(t.models)
         cols.append({"key": key, "label": f"ER {a.shift.label}", "kind": "num", "digits": 2, "signed": True,
                      "group": a.shift.label, "title": f"Effective robustness (pp) on {a.shift.y} vs {a.shift.x}"})
@@ -748,6 +750,14 @@ def model_table(ctx: ReportContext, tb: TestbedReport) -> tuple[pd.DataFrame, li
         cols.append({"key": "er_synthetic", "label": "ER synthetic", "kind": "num", "digits": 2, "signed": True,
                      "title": "Mean effective robustness over the corruption settings (pp)"})
     return table, cols
+
+
+def _new_column(table: pd.DataFrame, key: str) -> str:
+    """``key``, or ``key-2``, ``key-3``, ... when ``table`` has that column already."""
+    name, i = key, 2
+    while name in table.columns:
+        name, i = f"{key}-{i}", i + 1
+    return name
 
 
 def table_rows(table: pd.DataFrame, cols: Sequence[dict[str, object]]) -> list[list[object]]:

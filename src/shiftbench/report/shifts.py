@@ -31,7 +31,7 @@ from shiftbench.analysis.trend import DEFAULT_FIT_ON
 from shiftbench.errors import ConfigError, ShiftbenchError, did_you_mean
 from shiftbench.report.cache import CACHE_DIR, SharedCache
 from shiftbench.report.figures import FigureWriter, plot_trend, plot_trend_inputs
-from shiftbench.report.tables import placement_table
+from shiftbench.report.tables import file_slug, placement_table
 from shiftbench.testbed import Testbed
 
 #: Types left out of the correlation section: trained like the fit's models, so ~0 by design.
@@ -121,7 +121,7 @@ def write_testbed_report(
                 kw = dict(fit=res.fit, band=res.band, title=shift.label,
                           highlight=[m for m in highlight if m in testbed.models])
                 res.figures.extend(writer.save_lazily(functools.partial(plot_trend, testbed, shift.x, shift.y, **kw),
-                                                      out / shift.slug, [".png"],
+                                                      out / file_slug(shift.label), [".png"],
                                                       plot_trend_inputs(testbed, shift.x, shift.y, **kw)))
             results.append(res)
     finally:

@@ -13,8 +13,24 @@ from pathlib import Path
 import pandas as pd
 
 from shiftbench.errors import ConfigError
+from shiftbench.store.files import name_slug
 
 TABLE_FORMATS = (".csv", ".md", ".tex")
+
+
+def file_slug(name: object) -> str:
+    """The file-name stem the report gives a setting, dataset, shift or model name: a lowercase
+    readable slug plus a hash of the full name (:func:`~shiftbench.store.files.name_slug`), so two
+    names never share a file (``folder:/data/med`` -> ``folder-data-med-<hash>``, ``folder:/data-med``
+    -> ``folder-data-med-<another hash>``)."""
+    return name_slug(name, lower=True)
+
+
+def trajectory_stem(x: str, y: str) -> str:
+    """The file-name stem of the fine-tuning trajectories of ``y`` against ``x``:
+    ``trajectory_<y slug>_vs_<x slug>`` with each slug a :func:`file_slug` (which never holds
+    ``_``, so the two settings are read back apart and two pairs never share a stem)."""
+    return f"trajectory_{file_slug(y)}_vs_{file_slug(x)}"
 
 
 _LATEX_SPECIAL = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",

@@ -3,10 +3,13 @@
 Layout of a store directory (default ``./shiftbench-results``)::
 
     keys/<key>.json                       what determines the key (model, weights, preprocessing,
-                                          dataset and its example ids, setting, view, version)
+                                          dataset and its example ids, setting, view, version), and
+                                          the chunk size its parts are numbered in (not part of the key)
     predictions/key=<key>/part-<c>.parquet  per-example rows of chunk ``c`` of the dataset
     logits/pass=<pass>/part-<c>.parquet   float16 logits of a forward pass (``--keep-logits``)
     done/<key>.json                       the finished result: accuracy, top-5, counts, skipped
+    locks/<key>.lock                      held while a run forgets a key (--force), re-chunks it or
+                                          finishes it (never while it computes)
     runs/<run>.json                       run metadata (versions, device, preprocessing, time)
     studies/<kind>/<name>.parquet         results of studies beyond one accuracy per key (fine-tuning
                                           trajectories, resolution sweeps, compositing, similarity),
@@ -20,6 +23,11 @@ concurrent run that recomputes it replaces identical content: a key ends with ex
 rows of an uninterrupted run, never duplicates, and a crash leaves at most an ignored
 ``*.tmp`` file. DuckDB is only written when the database file is first created (under a file
 lock); every later connection is read-only, so any number of runs can share a store.
+
+:meth:`Store.results` holds the current result of each (model, setting, convention): where a
+model was evaluated again under another key (new weights, a new version, a longer example
+list), the older key stays on disk (``results(history=True)``, the run records) but leaves the
+table, so an exported table loads back as a testbed.
 """
 from __future__ import annotations
 
@@ -48,6 +56,28 @@ RESULT_COLUMNS = ["model", "setting", "accuracy", "top5", "n_examples", "n_skipp
 def digest(obj: Any, n: int = 16) -> str:
     """Stable short hash of a JSON-serialisable object."""
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:n]
+
+
+#: The fix for a ``done/<key>.json`` that is not a finished result.
+_DONE_FIX = "remove it; the next `shiftbench eval` of that model and setting recomputes the key"
+_JSON_TYPES = {dict: "object", list: "array", str: "string", int: "number", float: "number", bool: "boolean",
+               type(None): "null"}
+
+
+def current_results(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows of ``frame`` (finished keys) that are current: one per (model, setting, convention),
+    the longest example list (``n_examples + n_skipped``: a ``--limit`` look never hides a full
+    run), then the last finished (a model re-evaluated with new weights or a new version replaces
+    its older result). Row order is kept."""
+    if frame.empty:
+        return frame
+    size = (pd.to_numeric(frame["n_examples"], errors="coerce").fillna(0)
+            + pd.to_numeric(frame["n_skipped"], errors="coerce").fillna(0))
+    finished = pd.to_numeric(frame["finished"], errors="coerce").fillna(0)
+    ranked = frame[["model", "setting", "convention"]].assign(_size=size, _finished=finished)
+    ranked = ranked.sort_values(["_size", "_finished"], kind="stable")
+    keep = ranked.drop_duplicates(["model", "setting", "convention"], keep="last").index
+    return frame.loc[frame.index.isin(keep)]
 
 
 def _atomic_write_parquet(path: Path, table: pa.Table) -> None:
@@ -85,7 +115,7 @@ class Store:
 
     # ------------------------------------------------------------------ keys
     def register(self, key: str, meta: Mapping[str, Any]) -> None:
-        """Record what determines ``key`` (idempotent)."""
+        """Record what determines ``key`` (idempotent: the first record stays)."""
         path = self.root / "keys" / f"{key}.json"
         if not path.exists():
             _atomic_write_bytes(path, json.dumps(dict(meta), sort_keys=True, default=str, indent=1).encode())
@@ -93,8 +123,50 @@ class Store:
     def key_meta(self, key: str) -> dict[str, Any]:
         return self._read_json(self.root / "keys" / f"{key}.json")
 
+    def update_key_meta(self, key: str, **fields: Any) -> None:
+        """Replace some fields of ``key``'s record (e.g. the ``chunk_size`` its parts are numbered
+        in, which is not part of the key); hold :meth:`key_lock`."""
+        path = self.root / "keys" / f"{key}.json"
+        try:
+            meta = self._read_json(path)
+        except FileNotFoundError:
+            meta = {}
+        meta = meta if isinstance(meta, dict) else {}
+        _atomic_write_bytes(path, json.dumps({**meta, **fields}, sort_keys=True, default=str, indent=1).encode())
+
+    def key_lock(self, key: str):  # -> filelock.FileLock
+        """An inter-process lock on ``key`` (:func:`~shiftbench.store.files.file_lock`). A run holds
+        it while it forgets the key (``--force``), restarts it under another chunk size, or checks
+        that its parts are complete and marks it finished -- never while it computes -- so a forced
+        run cannot remove parts under a run that is reading them to finish the key."""
+        return file_lock(self.root / "locks" / f"{key}.lock")
+
     def is_done(self, key: str) -> bool:
         return (self.root / "done" / f"{key}.json").exists()
+
+    def read_done(self, key: str) -> dict[str, Any]:
+        """The finished result of ``key`` (a :class:`StoreError` naming the file if it is not one)."""
+        return self._read_done(self.root / "done" / f"{key}.json")
+
+    def _read_done(self, path: Path) -> dict[str, Any]:
+        """A ``done/<key>.json``, checked: a JSON object naming its model and setting. A folder in
+        its place, an unreadable file or any other JSON is a one-line :class:`StoreError`."""
+        if path.is_dir():
+            raise StoreError(f"{path}: a folder where a finished result (a JSON file) belongs; {_DONE_FIX}")
+        try:
+            row = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise
+        except (ValueError, OSError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            raise StoreError(f"{path}: not a finished result, unreadable ({type(exc).__name__}: "
+                             f"{' '.join(str(exc).split())}); {_DONE_FIX}") from exc
+        if not isinstance(row, dict) or not all(isinstance(row.get(k), str) for k in ("model", "setting")):
+            what = ("an empty JSON object" if row == {} else
+                    "a JSON object without model and setting" if isinstance(row, dict) else
+                    f"a JSON {_JSON_TYPES.get(type(row), type(row).__name__)}")
+            raise StoreError(f"{path}: not a finished result ({what}, not an object naming its model and "
+                             f"setting); {_DONE_FIX}")
+        return row
 
     def parts(self, key: str) -> set[int]:
         """Chunks of ``key`` already written."""
@@ -163,8 +235,15 @@ class Store:
                             json.dumps({**summary, "key": key, "finished": time.time()}, default=str).encode())
 
     def forget(self, key: str) -> None:
-        """Remove a key's parts and result (``--force``)."""
-        (self.root / "done" / f"{key}.json").unlink(missing_ok=True)
+        """Remove a key's parts and result (``--force``; hold :meth:`key_lock`)."""
+        done = self.root / "done" / f"{key}.json"
+        if done.is_dir():
+            raise StoreError(f"{done}: a folder where a finished result (a JSON file) belongs; {_DONE_FIX}")
+        done.unlink(missing_ok=True)
+        self.forget_parts(key)
+
+    def forget_parts(self, key: str) -> None:
+        """Remove the parts of an unfinished key (to compute it again from its first chunk)."""
         for p in self._key_dir(key).glob("part-*.parquet"):
             p.unlink(missing_ok=True)
 
@@ -208,22 +287,29 @@ class Store:
             stamp.append((e.name, st.st_mtime_ns, st.st_size))
         return tuple(sorted(stamp))
 
-    def results(self) -> pd.DataFrame:
-        """One row per finished (model, setting) key.
+    def results(self, history: bool = False) -> pd.DataFrame:
+        """The current result of each (model, setting, convention) (:func:`current_results`: the
+        longest example list, then the last finished), sorted by model and setting;
+        ``history=True``: every finished key, older results of a re-evaluated model included.
 
         The table is cached on this object and re-read only when a finished key's file was added,
         replaced or removed (name, modification time and size of each), so a report's sections can
-        each ask for it without re-reading thousands of JSON files."""
+        each ask for it without re-reading thousands of JSON files. A ``done/*.json`` that is not
+        a finished result is a :class:`StoreError` naming it."""
         stamp = self._done_stamp()
         cached = getattr(self, "_results_cache", None)
-        if cached is not None and cached[0] == stamp:
-            return cached[1].copy()
-        frame = self._read_results([self.root / "done" / name for name, _, _ in stamp])
-        self._results_cache = (stamp, frame)
-        return frame.copy()
+        if cached is None or cached[0] != stamp:
+            frame = self._read_results([self.root / "done" / name for name, _, _ in stamp])
+            cached = self._results_cache = (stamp, frame, current_results(frame).reset_index(drop=True))
+        return cached[1 if history else 2].copy()
 
     def _read_results(self, paths: list[Path]) -> pd.DataFrame:
-        rows = [self._read_json(p) for p in paths]
+        rows = []
+        for p in paths:
+            try:
+                rows.append(self._read_done(p))
+            except FileNotFoundError:  # forgotten (--force) while listing
+                continue
         frame = pd.DataFrame(rows)
         for col in RESULT_COLUMNS:
             if col not in frame:

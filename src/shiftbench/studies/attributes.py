@@ -28,7 +28,7 @@ from shiftbench.analysis.intervals import accuracy_interval
 from shiftbench.datasets.attributes import AttributeSplits, Binning, carve_splits
 from shiftbench.errors import ConfigError
 from shiftbench.store.store import Store
-from shiftbench.studies.base import Study, StudyResult, as_store, register_study, study_name
+from shiftbench.studies.base import Study, StudyResult, as_store, register_study, stored_study_name, study_name
 
 STUDY_KIND = "attributes"
 #: Columns of a stored attribute study (one row per test split).
@@ -45,7 +45,8 @@ class AttributeConfig:
     :func:`~shiftbench.datasets.attributes.carve_splits`; ``output`` (a folder: write the split
     manifests and ``splits.json`` there, ``images`` as for :meth:`AttributeSplits.write`);
     ``model`` (evaluate it on every test split; needs ``output``), ``name`` (the study name;
-    default ``<model>__<manifest stem>``) and ``evaluate_kwargs`` (to :func:`shiftbench.evaluate`)."""
+    default ``<model>__<manifest stem>-<hash>``, the hash of the model and the manifest's full
+    path) and ``evaluate_kwargs`` (to :func:`shiftbench.evaluate`)."""
 
     manifest: str | Path | pd.DataFrame
     train: Mapping[str, Any]
@@ -81,8 +82,8 @@ class AttributeStudy(Study):
         files = splits.write(config.output, images=config.images) if config.output is not None else {}
         source = Path(splits.source).stem
         if config.model is None:
-            return StudyResult(STUDY_KIND, config.name or study_name(source), splits.sizes, splits.summary(),
-                               value=splits)
+            return StudyResult(STUDY_KIND, config.name or study_name(source, hashed=(splits.source,)), splits.sizes,
+                               splits.summary(), value=splits)
         from shiftbench.engine.runner import evaluate  # deferred: loads Pillow, loads pyarrow
 
         target = as_store(store)
@@ -94,7 +95,9 @@ class AttributeStudy(Study):
         table = split_accuracies(splits, dict(zip(res["setting"], res["accuracy"])), settings)
         table["model"] = model
         table = table[STUDY_COLUMNS]
-        name = config.name or study_name(model, source)
+        # the readable name holds the manifest's file name, its hash the manifest's full path
+        name = config.name or stored_study_name(target, STUDY_KIND, (model, source),
+                                                {"model": model, "source": splits.source}, hashed=(splits.source,))
         meta = {**splits.summary(), "model": model, "output": str(config.output)}
         result = StudyResult(STUDY_KIND, name, table, meta, value=splits)
         result.write(target)

@@ -23,8 +23,11 @@ writing it (where the study allows that: carving splits, sampling a replication)
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -35,7 +38,10 @@ from shiftbench.errors import ConfigError, did_you_mean
 from shiftbench.store.store import DEFAULT_STORE, Store
 
 __all__ = ["StudyResult", "Study", "register_study", "get_study", "list_studies", "run_study", "as_store",
-           "study_name"]
+           "study_name", "stored_study_name"]
+
+#: At most this many characters of a derived study name are readable text (then ``-`` and its hash).
+STUDY_NAME_MAX = 96
 
 
 @dataclass
@@ -119,12 +125,46 @@ def as_store(store: str | Path | Store | None) -> Store:
     return store if isinstance(store, Store) else Store(store or DEFAULT_STORE)
 
 
-def study_name(*parts: str) -> str:
-    """A store study name from ``parts`` joined by ``__`` (characters outside ``[A-Za-z0-9._+@=-]``
-    become ``_``, no leading dot).
+def study_name(*parts: object, hashed: Sequence[object] = ()) -> str:
+    """A store study name from ``parts``: a readable form (``parts`` joined by ``__``, characters
+    outside ``[A-Za-z0-9._+@=-]`` become ``_``, at most :data:`STUDY_NAME_MAX` characters, no
+    leading dot), then ``-`` and the first 10 hex digits of the SHA-256 of the parts themselves
+    and of ``hashed`` (more of the study's identity than the readable form shows, e.g. a
+    manifest's full path beside its file name). Different parts never give one name, also when
+    they differ only in ``/``, ``_``, ``-``, spaces or case, or in where one part ends (DESIGN:
+    "every name on disk is derived injectively"); the same parts give the same name in every
+    process.
 
     >>> study_name("timm/resnet50.a1_in1k", "folder:/data/x")
-    'timm_resnet50.a1_in1k__folder_data_x'
+    'timm_resnet50.a1_in1k__folder_data_x-86e4acd3cc'
+    >>> study_name("m", "folder:/data_x") != study_name("m", "folder:/data/x")
+    True
     """
+    readable = _readable(parts)[:STUDY_NAME_MAX].rstrip("_.-") or "study"
+    identity = json.dumps([str(p) for p in (*parts, *hashed)])      # ASCII, and unambiguous about part ends
+    return f"{readable}-{hashlib.sha256(identity.encode()).hexdigest()[:10]}"
+
+
+def _readable(parts: Sequence[object]) -> str:
+    """``parts`` joined by ``__``, characters outside ``[A-Za-z0-9._+@=-]`` as ``_``, no leading
+    dot: the whole study name before names carried a hash (and the readable part since)."""
     clean = [re.sub(r"[^A-Za-z0-9._+@=-]+", "_", str(p)).strip("_") for p in parts]
     return "__".join(clean).lstrip(".") or "study"
+
+
+def stored_study_name(store: Store, kind: str, parts: Sequence[object], identity: Mapping[str, object],
+                      hashed: Sequence[object] = ()) -> str:
+    """The name to store the study ``study_name(*parts, hashed=hashed)`` of ``kind`` under in
+    ``store``: that name, unless ``store`` keeps this study under the name shiftbench gave it
+    before study names carried a hash (``<model>__<setting>``, no hash) and that study's recorded
+    metadata (``Store.study_meta``) holds every ``identity`` value (``model=..., setting=...``).
+    A re-run in an older store then replaces its study instead of adding a second copy; an old
+    study of another identity (a setting that reduced to the same old name) is never taken."""
+    name = study_name(*parts, hashed=hashed)
+    names = set(store.study_names(kind))
+    old = _readable(parts)
+    if name not in names and old in names and identity:
+        meta = store.study_meta(kind, old)
+        if all(k in meta and meta[k] == v for k, v in identity.items()):
+            return old
+    return name

@@ -9,8 +9,8 @@ setting over one. :func:`factor_accuracy` gives accuracy per factor value and
 95th percentile over locations. :class:`CompositingConfig` / :class:`CompositingStudy`
 (``run_study(config, store)``) and the one-call :func:`compositing_study` evaluate a model
 through :func:`shiftbench.evaluate` and store the per-factor table as the study
-``compositing`` / ``<model>__<dataset name>``, which the report's "Object compositing" section
-draws::
+``compositing`` / ``<model>__<dataset name>-<hash>`` (:func:`~shiftbench.studies.base.study_name`),
+which the report's "Object compositing" section draws::
 
     ds = composite_dataset(foregrounds, backgrounds, sizes=(0.1, 0.2), locations=location_grid(5))
     res = shiftbench.evaluate(model, composite_setting(ds), store=store)
@@ -31,7 +31,7 @@ from shiftbench.datasets.composite import CompositeDataset, register_composite_d
 from shiftbench.errors import ConfigError, DataError
 from shiftbench.settings import Setting, register_setting
 from shiftbench.store.store import Store
-from shiftbench.studies.base import Study, StudyResult, as_store, register_study, study_name
+from shiftbench.studies.base import Study, StudyResult, as_store, register_study, stored_study_name
 from shiftbench.views import FullView
 
 
@@ -182,7 +182,8 @@ class CompositingStudy(Study):
         frame.insert(0, "spec", spec_text)
         frame.insert(0, "model", str(row["model"]))
         frame = frame[STUDY_COLUMNS]
-        name = study_name(str(row["model"]), dataset.name)
+        name = stored_study_name(target, STUDY_KIND, (str(row["model"]), dataset.name),
+                                 {"model": str(row["model"]), "dataset": dataset.name})
         meta = {"model": str(row["model"]), "spec": spec_text, "dataset": dataset.name, "setting": setting,
                 "key": row["key"], "accuracy": float(row["accuracy"]), "n_examples": int(row["n_examples"]),
                 "n_skipped": int(row["n_skipped"]), "percentile": float(percentile), "shape": list(dataset.shape),
@@ -214,7 +215,7 @@ def compositing_study(
     location and rotation; the location map divided by its ``percentile``-th percentile).
 
     Returns the long-form table written to the store as the study ``compositing`` /
-    ``<model>__<dataset name>`` (replacing an earlier one): one row per factor value with
+    ``<model>__<dataset name>-<hash>`` (replacing an earlier one): one row per factor value with
     ``model, spec, dataset, setting, factor`` (``size``, ``rotation``, ``location``,
     ``foreground``, ``background``), ``value`` (size or angle), ``label`` (the value as text:
     ``0.2``, ``90``, ``0.5,0.1``, a foreground name), ``x, y`` (locations), ``accuracy``

@@ -22,8 +22,9 @@ ViTs) fail at the others, and those rows carry the error instead of a number.
 
 The sweep is a study (:mod:`shiftbench.studies`): :class:`ResolutionConfig` describes it,
 :class:`ResolutionStudy` runs it (``run_study(config, store)``), and :func:`resolution_sweep`
-is the one-call form. It is kept in the results store (``Store.read_study("resolution",
-"<model>__<setting>")``, one row per resolution, replaced by a re-run), which the report's
+is the one-call form. It is kept in the results store as the study ``resolution`` /
+``<model>__<setting>-<hash>`` (:func:`~shiftbench.studies.base.study_name`; the table's
+``.attrs["study"]``; one row per resolution, replaced by a re-run), which the report's
 "Resolution sweeps" section draws. An interrupted sweep resumes: finished resolutions are
 finished keys of the engine and are not recomputed.
 """
@@ -40,9 +41,11 @@ import pandas as pd
 from shiftbench.errors import ConfigError, ModelError
 from shiftbench.models import LoadedModel, load_model
 from shiftbench.store.store import Store
-from shiftbench.studies.base import Study, StudyResult, as_store, register_study, study_name
+from shiftbench.studies.base import Study, StudyResult, as_store, register_study, stored_study_name
 
 RESOLUTIONS = (64, 128, 224, 288, 320, 384, 512, 768)
+#: the largest test resolution a sweep accepts (a 4096 x 4096 float32 image is 192 MiB already)
+MAX_RESOLUTION = 4096
 COLUMNS = ["model", "resolution", "input_size", "resize", "crop_pct", "accuracy", "top5", "n_examples", "best"]
 #: Columns after :data:`COLUMNS` in every sweep (and its stored study).
 STUDY_COLUMNS = ["error", "base_model", "setting", "native_resolution", "adjust_resize_ratio"]
@@ -109,6 +112,11 @@ class ResolutionStudy(Study):
             raise ConfigError(f"resolutions must be positive integers, got {tuple(resolutions)!r}")
         if len(set(res)) != len(res):
             raise ConfigError(f"resolutions has repeated values: {tuple(resolutions)!r}")
+        if max(res) > MAX_RESOLUTION:      # before any work: 100000 px would be a 120 GB image
+            r = max(res)
+            raise ConfigError(f"resolution {r} is above {MAX_RESOLUTION}: one {r}x{r} RGB image is "
+                              f"{r * r * 12 / 2**30:,.1f} GiB as float32; give resolutions up to {MAX_RESOLUTION}, "
+                              "e.g. --resolutions 224,288,384")
         if not isinstance(setting, str):
             raise ConfigError("resolution_sweep takes one setting name; loop over settings for several")
         if model is None or not isinstance(model, str | LoadedModel):
@@ -145,7 +153,7 @@ class ResolutionStudy(Study):
             frame.loc[best, "best"] = True
             best_resolution = int(frame.loc[best, "resolution"])
         frame = frame[COLUMNS + STUDY_COLUMNS].copy()
-        name = study_name(base.name, setting)
+        name = stored_study_name(target, STUDY_KIND, (base.name, setting), {"model": base.name, "setting": setting})
         meta = {"model": base.name, "setting": setting, "resolutions": res, "native_resolution": native,
                 "adjust_resize_ratio": adjust, "best_resolution": best_resolution,
                 "limit": evaluate_kwargs.get("limit"), "data_root": str(config.data_root)}
@@ -192,8 +200,8 @@ def resolution_sweep(
     smallest on ties; ``.attrs["best_resolution"]`` holds it), ``error`` (why the model could
     not run at a resolution, else None), ``base_model``, ``setting``, ``native_resolution``
     (the model's own input size) and ``adjust_resize_ratio``. The same table is written to the
-    store as the study ``resolution`` / ``<base model>__<setting>`` (replacing an earlier one;
-    ``.attrs["study"]`` holds the name).
+    store as the study ``resolution`` / ``<base model>__<setting>-<hash>`` (replacing an earlier
+    one; ``.attrs["study"]`` holds the name).
     """
     config = ResolutionConfig(model, setting, resolutions, data_root=data_root,
                               adjust_resize_ratio=adjust_resize_ratio, load_kwargs=dict(load_kwargs or {}),

@@ -39,7 +39,7 @@ and their example ids and labels, protocol, seed, grid) and stored as ordinary r
 (``done/<key>.json``) with setting ``transfer:<task>`` (``transfer:<task>@finetune``), so they
 are cells of ``Testbed.from_store`` beside the robustness settings; a finished key is skipped
 (resume). Each model's rows are also kept as the study ``transfer`` /
-``<model>__<protocol>__seed<seed>``. :func:`transfer` runs models x tasks locally or, with
+``<model>__<protocol>__seed<seed>-<hash>``. :func:`transfer` runs models x tasks locally or, with
 ``executor="ray"``, one Ray task per (model, task) (:func:`transfer_task` is picklable).
 """
 from __future__ import annotations
@@ -65,7 +65,7 @@ from shiftbench.errors import ConfigError, DataError, ModelError
 from shiftbench.models import LoadedModel, load_model
 from shiftbench.store.files import atomic_write_with
 from shiftbench.store.store import Store, digest
-from shiftbench.studies.base import Study, StudyResult, as_store, register_study, study_name
+from shiftbench.studies.base import Study, StudyResult, as_store, register_study, stored_study_name
 from shiftbench.version import __version__
 
 __all__ = [
@@ -632,9 +632,12 @@ def _frame(rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
 
 
 def _study(model_name: str, config: TransferConfig, rows: Sequence[Mapping[str, Any]], store: Store) -> StudyResult:
-    """The model's rows as the study ``transfer`` / ``<model>__<protocol>__seed<seed>``, merged with
-    the stored rows of tasks not run now (a later run adds tasks, it does not drop them)."""
-    name = study_name(model_name, config.protocol, f"seed{config.seed}")
+    """The model's rows as the study ``transfer`` / ``<model>__<protocol>__seed<seed>-<hash>``
+    (:func:`~shiftbench.studies.base.stored_study_name`: a study stored before names carried a hash
+    keeps its name), merged with the stored rows of tasks not run now (a later run adds tasks, it
+    does not drop them)."""
+    name = stored_study_name(store, STUDY_KIND, (model_name, config.protocol, f"seed{config.seed}"),
+                             {"model": model_name, "protocol": config.protocol, "seed": int(config.seed)})
     frame = _frame(rows)
     if name in store.study_names(STUDY_KIND):
         old = store.read_study(STUDY_KIND, name)
