@@ -470,7 +470,23 @@ def _mnist_data(workdir: Path) -> None:
         (workdir / "shiftbench-data").symlink_to(data.resolve(), target_is_directory=True)
 
 
-SETUPS = {"skimage-photos": _skimage_photos, "mnist-data": _mnist_data, "skimage-imagenet-and-espresso": _skimage_imagenet_and_espresso,
+def _store_photos(workdir: Path) -> None:
+    """``photos/`` and ``photos-dim/``: 14 tiny PNGs each in ``class0``..``class6``, coloured as
+    ``oracle_models.oracle7`` reads them (``colour_of``); in ``photos`` every 5th image shows the
+    next class, in ``photos-dim`` every 3rd (docs/store.md)."""
+    from PIL import Image
+
+    from oracle_models import colour_of
+
+    for name, wrong_every in (("photos", 5), ("photos-dim", 3)):
+        for i in range(14):
+            cls = i % 7
+            d = workdir / name / f"class{cls}"
+            d.mkdir(parents=True, exist_ok=True)
+            Image.new("RGB", (16, 16), colour_of((cls + 1) % 7 if i % wrong_every == 0 else cls)).save(d / f"{i:02d}.png")
+
+
+SETUPS = {"skimage-photos": _skimage_photos, "store-photos": _store_photos, "mnist-data": _mnist_data, "skimage-imagenet-and-espresso": _skimage_imagenet_and_espresso,
           "mnist-digits-manifest": _mnist_digits_manifest, "my-imagenet-photos": _my_imagenet_photos,
           "replication-toy-7": _replication_toy_7, "replication-imagenet-3": _replication_imagenet_3}
 

@@ -129,7 +129,7 @@ def test_models_evaluated_into_a_store_join_a_reference_from_the_cli(val, tmp_pa
 def test_cli_place_ranks_the_added_models_on_every_shift_they_have(mine):
     result = invoke("place", "-t", REF, "-t", str(mine), "--json", "--resamples", "200")
     assert result.exit_code == 0, result.output
-    rows = json.loads(result.stdout)
+    rows = json.loads(result.stdout)["placed"]
     assert {r["model"] for r in rows} == {"resnet50", "my-robust-net", "my-untyped-net"}
     assert {r["shift"] for r in rows if r["model"] != "resnet50"} == {"ImageNetV2"}
     assert {"ImageNet-R", "ImageNet-A", "ObjectNet"} <= {r["shift"] for r in rows}   # the reference's resnet50

@@ -113,7 +113,9 @@ def test_default_shifts_are_the_natural_ones_the_testbed_has_and_unfittable_ones
         "val": [60.0, 70.0, 80.0, 75.0], V2: [48.0, 58.0, 68.0, 66.0], "imagenet-sketch": [20.0, np.nan, 30.0, 28.0]})
     placed = place_models(tbmod.Testbed.from_frame(frame), ["mine"], scale="linear", n_resamples=0)
     assert list(placed["shift"]) == ["ImageNetV2"]
-    assert "ImageNet-Sketch" in placed.attrs["skipped"]        # two STANDARD models: too few for a trend
+    sketch = [r for r in placed.attrs["skipped"] if r["shift"] == "ImageNet-Sketch"]   # two STANDARD models:
+    assert [(r["model"], r["missing"]) for r in sketch] == [("mine", [])]               # too few for a trend
+    assert sketch[0]["reason"].startswith("no trend: ")
     # an explicit shift that cannot be fitted raises
     with pytest.raises(sb.DataError):
         place_models(tbmod.Testbed.from_frame(frame), ["mine"], [("val", "imagenet-sketch")])

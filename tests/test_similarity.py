@@ -307,7 +307,7 @@ def test_store_errors_name_the_setting_and_the_fix(evaluated, tmp_path):
         correctness_matrix(store, setting, ["simmodels_fixture.d"])
     with pytest.raises(ConfigError, match="no results store there"):
         correctness_matrix(tmp_path / "nowhere", setting)
-    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "done").mkdir(parents=True)       # a store without results (a bare folder is not one)
     with pytest.raises(DataError, match="no finished results; run `shiftbench eval` first"):
         correctness_matrix(tmp_path / "empty", setting)
 

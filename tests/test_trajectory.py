@@ -340,8 +340,12 @@ def test_cli_prints_per_step_effective_robustness_and_writes_figures(tmp_path):
     assert (tmp_path / "out" / f"{stem}.png").exists() and (tmp_path / "out" / f"{stem}.csv").exists()
     plain = CliRunner().invoke(cli.app, ["trajectory", "--store", str(store)])   # no testbed: accuracies only
     assert plain.exit_code == 0 and "ft-<b>" in plain.stdout and "12.00" in plain.stdout
-    empty = CliRunner().invoke(cli.app, ["trajectory", "--store", str(tmp_path)])
-    assert empty.exit_code != 0 and "no trajectories stored" in str(empty.exception)
+    empty = CliRunner().invoke(cli.app, ["trajectory", "--store", str(tmp_path)])   # a folder, not a store
+    assert empty.exit_code != 0 and "not a results store" in str(empty.exception)
+    (tmp_path / "other").mkdir()
+    Store(tmp_path / "other").write_study("resolution", "r50", pd.DataFrame({"a": [1]}))
+    none = CliRunner().invoke(cli.app, ["trajectory", "--store", str(tmp_path / "other")])
+    assert none.exit_code != 0 and "no trajectories stored" in str(none.exception)
 
 
 def test_a_legend_under_a_half_width_figure_wraps_long_names_and_keeps_the_plot_height():

@@ -21,12 +21,13 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from shiftbench.analysis import effective_robustness, mce, most_effectively_robust
 from shiftbench.analysis.corruption import RECIPE as MCE_RECIPE
-from shiftbench.analysis.placement import fitted_on_note, place_models
+from shiftbench.analysis.placement import fitted_on_note, place_models, skipped_lines
 from shiftbench.analysis.scaling import check_scale
 from shiftbench.cli_options import (  # noqa: F401  (re-exported: the commands' modules import them from here too)
     DEFAULT_STORE,
     FigureFormatsOpt,
     FitOnOpt,
+    FractionsOpt,
     JsonOpt,
     ListTestbedOpt,
     LongOpt,
@@ -41,6 +42,7 @@ from shiftbench.cli_options import (  # noqa: F401  (re-exported: the commands' 
     TestbedOpt,
     XOpt,
     YOpt,
+    canonical_settings,
 )
 from shiftbench.cli_support import Table, err, out  # noqa: F401  (the names the commands used from here)
 from shiftbench.cli_support import check_count as _check_count
@@ -101,7 +103,8 @@ def list_testbeds_cmd(pattern: PatternArg = None) -> None:
 
 
 @list_app.command("settings")
-def list_settings(pattern: PatternArg = None, testbed: ListTestbedOpt = None, long: LongOpt = False) -> None:
+def list_settings(pattern: PatternArg = None, testbed: ListTestbedOpt = None, long: LongOpt = False,
+                  fractions: FractionsOpt = None) -> None:
     """Settings, one per line: of a testbed, or (without --testbed) those `shiftbench eval` can run.
 
     PATTERN keeps the names matching it (fnmatch wildcards), e.g. 'imagenet-c.fog.*'; when
@@ -121,7 +124,7 @@ def list_settings(pattern: PatternArg = None, testbed: ListTestbedOpt = None, lo
             table.add_row(name, settings[name])
         out.print(table)
         return
-    tb = _testbed(testbed)
+    tb = _testbed(testbed, fractions=fractions)
     names = _matching(tb.settings, pattern, f"setting of {tb.name}")
     if not long:
         typer.echo("\n".join(names))
@@ -148,7 +151,7 @@ def list_shifts_cmd(pattern: PatternArg = None) -> None:
 @list_app.command("models")
 def list_models(pattern: PatternArg = None, testbed: ListTestbedOpt = None,
                 model_type: Annotated[Optional[str], typer.Option("--type", help="Only this model type.")] = None,
-                long: LongOpt = False) -> None:
+                long: LongOpt = False, fractions: FractionsOpt = None) -> None:
     """Models of a testbed, one per line; without --testbed, the model sources `eval` accepts.
 
     PATTERN keeps the names matching it (fnmatch wildcards, as timm.list_models), e.g.
@@ -160,7 +163,7 @@ def list_models(pattern: PatternArg = None, testbed: ListTestbedOpt = None,
         for name in _matching(sources, pattern, "model source"):
             typer.echo(f"{name}\t{sources[name]}")
         return
-    tb = _testbed(testbed)
+    tb = _testbed(testbed, fractions=fractions)
     models = tb.models if model_type is None else tb.resolve([f"type:{model_type}"])
     models = _matching(models, pattern, f"model of {tb.name}" + ("" if model_type is None else f" of type {model_type}"))
     if not long:
@@ -179,15 +182,18 @@ YMetricOpt = Annotated[str, typer.Option(
     "?groups=), top5 or map; x keeps accuracy (Testbed.from_store(metric={y: ...})).")]
 
 
-def _testbed_y(testbed: list[str] | None, store: Path | None, y: str, y_metric: str):
+def _testbed_y(testbed: list[str] | None, store: Path | None, y: str, y_metric: str,
+               fractions: bool | None = None):
     """The analysis testbed; with ``--y-metric`` other than accuracy, the store's testbed with that
     metric on the y setting (a store only: reference testbeds hold accuracies)."""
     if y_metric == "accuracy":
-        return _testbed(testbed, store)
-    if store is None or testbed:
-        raise ConfigError(f"--y-metric {y_metric} reads the results store: pass --store DIR without --testbed")
-    if not store.is_dir():
-        raise ConfigError(f"{store}: no results store there; pass the --store directory that `shiftbench eval` wrote")
+        return _testbed(testbed, store, fractions)
+    if store is None or testbed or fractions:
+        raise ConfigError(f"--y-metric {y_metric} reads the results store: pass --store DIR without --testbed"
+                          + (" (and without --fractions: a store holds percentages)" if fractions else ""))
+    from shiftbench.store import Store  # deferred: loads pyarrow
+
+    Store.existing(store)                    # a missing folder, or one that is not a store: one line
     tb = Testbed.from_store(store, metric={y: y_metric})
     for note in tb.notes:
         err.print(f"note: {note}")
@@ -197,13 +203,13 @@ def _testbed_y(testbed: list[str] | None, store: Path | None, y: str, y_metric: 
 @app.command("fit")
 def fit_cmd(x: Annotated[list[str], typer.Option(
                 "--x", help="In-distribution setting (x axis), e.g. val; repeat for a plane over several ID test sets "
-                "(Shi et al. 2023).")],
+                "(Shi et al. 2023).", callback=canonical_settings)],
             y: YOpt, testbed: TestbedOpt = None, store: StoreAddOpt = None, scale: ScaleOpt = "logit",
             fit_on: FitOnOpt = None, pivot: PivotOpt = None, as_json: JsonOpt = False,
-            y_metric: YMetricOpt = "accuracy") -> None:
+            y_metric: YMetricOpt = "accuracy", fractions: FractionsOpt = None) -> None:
     """Fit the trend of y on x over the chosen models (default: STANDARD); with several --x, the plane
     logit(y) = sum_k a_k logit(x_k) + b."""
-    tb = _testbed_y(testbed, store, y, y_metric)
+    tb = _testbed_y(testbed, store, y, y_metric, fractions)
     fit = _fit(tb, x[0] if len(x) == 1 else x, y, scale, _fit_on(fit_on), _pivot(pivot))
     _fit_used(tb, fit)
     d = fit.to_dict()
@@ -229,15 +235,15 @@ def fit_cmd(x: Annotated[list[str], typer.Option(
 @app.command("effective-robustness")
 def er_cmd(x: Annotated[list[str], typer.Option(
                "--x", help="In-distribution setting (x axis), e.g. val; repeat to measure against the plane over "
-               "several ID test sets (Shi et al. 2023).")],
+               "several ID test sets (Shi et al. 2023).", callback=canonical_settings)],
            y: YOpt, testbed: TestbedOpt = None, store: StoreAddOpt = None, scale: ScaleOpt = "logit",
            fit_on: FitOnOpt = None, pivot: PivotOpt = None,
            top: Annotated[Optional[int], typer.Option("--top", help="Only the N most effectively robust models.")] = None,
-           as_json: JsonOpt = False, y_metric: YMetricOpt = "accuracy") -> None:
+           as_json: JsonOpt = False, y_metric: YMetricOpt = "accuracy", fractions: FractionsOpt = None) -> None:
     """Effective robustness (percentage points) of every model: y minus the trend's prediction (with several
     --x, minus the plane's)."""
 
-    tb = _testbed_y(testbed, store, y, y_metric)
+    tb = _testbed_y(testbed, store, y, y_metric, fractions)
     xs = x[0] if len(x) == 1 else x
     fit = _fit(tb, xs, y, scale, _fit_on(fit_on), _pivot(pivot))
     _fit_used(tb, fit)
@@ -265,7 +271,7 @@ def er_cmd(x: Annotated[list[str], typer.Option(
 @app.command("place")
 def place_cmd(testbed: TestbedOpt = None, store: StoreAddOpt = None,
               model: ModelsOpt = None, scale: ScaleOpt = "logit", fit_on: FitOnOpt = None,
-              n_resamples: ResamplesOpt = 1000, as_json: JsonOpt = False) -> None:
+              n_resamples: ResamplesOpt = 1000, as_json: JsonOpt = False, fractions: FractionsOpt = None) -> None:
     """Where your models sit: on every natural shift, accuracy, effective robustness with its 95%
     interval, and rank among all models of the testbed (Taori et al. 2020).
 
@@ -274,7 +280,7 @@ def place_cmd(testbed: TestbedOpt = None, store: StoreAddOpt = None,
 
     check_scale(scale)                        # as fit and report do: a per-shift error would be skipped
     _check_count(n_resamples, "--resamples", minimum=0, what="(0: no bootstrap band; default 1000)")
-    tb = _testbed(testbed, store)
+    tb = _testbed(testbed, store, fractions)
     tb.resolve(list(_fit_on(fit_on)))         # an unknown --fit-on type, tag or model fails here, not per shift
     models = [tb.check_model(m) for m in model] if model else tb.added
     if not models:
@@ -282,7 +288,8 @@ def place_cmd(testbed: TestbedOpt = None, store: StoreAddOpt = None,
                           "--store DIR) or name models with --model")
     placed = place_models(tb, models, scale=scale, fit_on=_fit_on(fit_on), n_resamples=n_resamples)
     if as_json:
-        print(json.dumps([{k: _clean(v) for k, v in r.items()} for r in placed.to_dict("records")]))
+        print(json.dumps({"placed": [{k: _clean(v) for k, v in r.items()} for r in placed.to_dict("records")],
+                          "skipped": placed.attrs["skipped"]}))
         return
     table = Table("model", "shift", "x %", "y %", "predicted %", "eff. robustness (pp)", "95% interval", "rank",
                   title=f"{tb.name}: your models against the trend of each natural shift ({scale})")
@@ -290,11 +297,14 @@ def place_cmd(testbed: TestbedOpt = None, store: StoreAddOpt = None,
         table.add_row(r.model, r.shift, f"{r.x_acc:.2f}", f"{r.y_acc:.2f}", f"{r.predicted_y_acc:.2f}",
                       f"{r.effective_robustness:+.2f}" + ("" if r.in_fit_range else " *"),
                       f"[{r.er_low:+.2f}, {r.er_high:+.2f}]", f"{r.rank} of {r.n_ranked}")
-    out.print(table)
+    if len(placed):
+        out.print(table)
     if not placed["in_fit_range"].all():
         out.print("* outside the x range of the fitted models: the trend is extrapolated there.")
     for m in placed.attrs.get("unplaced", []):
-        out.print(f"{m}: on none of the natural shifts' setting pairs of {tb.name}.")
+        out.print(f"{m}: placed on none of the natural shifts of {tb.name}; each is listed below with what it lacks.")
+    for line in skipped_lines(placed.attrs["skipped"]):
+        out.print(f"not placed: {line}")
     out.print(fitted_on_note(placed.attrs["fits"], tb, models))
 
 
@@ -306,6 +316,7 @@ def plot_cmd(x: XOpt, y: YOpt,
              highlight: Annotated[Optional[list[str]], typer.Option(
                  "--highlight", help="Mark and label these models (default: the models of the tables and stores "
                  "added to a reference testbed).")] = None,
+             fractions: FractionsOpt = None,
              ) -> None:
     """Scatter of y against x with the fitted trend, its bootstrap band and y = x."""
     from shiftbench.report import (  # deferred: loads Pillow, loads matplotlib, loads plotly, loads pyarrow
@@ -316,7 +327,7 @@ def plot_cmd(x: XOpt, y: YOpt,
 
     if output.suffix.lower() not in FORMATS:
         raise typer.BadParameter(f"{output}: use a .png, .svg or .pdf file name", param_hint="-o")
-    tb = _testbed(testbed, store)
+    tb = _testbed(testbed, store, fractions)
     fit = _fit(tb, x, y, scale, _fit_on(fit_on), _pivot(pivot))
     _fit_used(tb, fit)
     marked = [tb.check_model(m) for m in highlight] if highlight else tb.added
@@ -330,9 +341,9 @@ def mce_cmd(model: ModelOpt,
             mode: Annotated[Optional[str], typer.Option(
                 "--mode", help="on-disk or in-memory ImageNet-C cells (default: on-disk when the testbed has every "
                 "on-disk benchmark setting, as the published mCE numbers are, else in-memory).")] = None,
-            as_json: JsonOpt = False) -> None:
+            as_json: JsonOpt = False, fractions: FractionsOpt = None) -> None:
     """mCE and relative mCE (normalised by AlexNet) with the per-corruption table of --model (a testbed's model)."""
-    res = mce(_testbed(testbed, store), model, mode=mode)
+    res = mce(_testbed(testbed, store, fractions), model, mode=mode)
     table, used = res["table"], res["mode"]
     if as_json:
         print(json.dumps({"model": model, "mCE": res["mCE"], "relative_mCE": res["relative_mCE"], "mode": used,
@@ -394,6 +405,9 @@ def eval_cmd(
     max_memory: Annotated[Optional[str], typer.Option(
         "--max-memory", help="Bound on what one pass holds on its device (weights of the models streamed "
         "together + a decoded and a shifted batch), e.g. 8GiB; models are split into passes that fit.")] = None,
+    input_size: Annotated[Optional[int], typer.Option(
+        "--input-size", help="Evaluate python: models at N px: the shorter side resized to N, then an N x N centre "
+        "crop (default: the size the builder declares, else 224 with a note).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Evaluate models on settings; results go to the store and are printed.
@@ -411,7 +425,8 @@ def eval_cmd(
     request = EvalRequest.build(
         model, setting, data_root=data_root, data_dirs=_data_dirs(data_dir), store=store, batch_size=batch_size,
         workers=workers, limit=limit, keep_logits=keep_logits, force=force, device=device, convention=convention,
-        chunk_size=chunk_size, partial=partial, arch=arch, model_type=model_type, seed=seed, memory_limit=max_memory)
+        chunk_size=chunk_size, partial=partial, arch=arch, model_type=model_type, seed=seed, memory_limit=max_memory,
+        input_size=input_size)
     if executor == "ray":
         from shiftbench.engine.ray_executor import RayExecutor  # deferred: loads Pillow, loads pyarrow
 
@@ -459,8 +474,11 @@ def results_cmd(
     """The finished results in a store, with the difference to a reference row where one exists."""
     from shiftbench.reference.results import results_with_reference  # deferred: loads pyarrow
 
+    from shiftbench.store import Store  # deferred: loads pyarrow
+
     if export is not None:                   # before the work: a missing folder is not created
         _check_output_parent(export, "--export")
+    Store.existing(store)                    # a missing folder, or one that is not a store: one line
     frame = results_with_reference(store)
     if export is not None:
         from shiftbench.reference.results import export_results  # deferred: loads pyarrow
@@ -531,6 +549,7 @@ def report_cmd(
                                         "figures of the last build (OUTPUT/.shiftbench-cache) and of any earlier "
                                         "report on this machine (see `shiftbench cache`).")] = True,
     figure_formats: FigureFormatsOpt = "png,pdf",
+    fractions: FractionsOpt = None,
 ) -> None:
     """Write a self-contained interactive HTML report (index.html) plus static figures and tables.
 
@@ -540,14 +559,19 @@ def report_cmd(
     model similarity and stored studies (trajectories, resolution sweeps, compositing, replication,
     attribute shifts)."""
 
-    if store is not None and not store.is_dir():   # before any work or progress bar
-        raise ConfigError(f"{store}: no results store there; pass the --store directory that `shiftbench eval` wrote")
+    if store is not None:                           # before any work or progress bar
+        from shiftbench.store import Store  # deferred: loads pyarrow
+
+        Store.existing(store)                       # a missing folder, or one that is not a store: one line
     check_scale(scale)
     _check_count(n_resamples, "--resamples", minimum=0, what="(0: no bootstrap band; default 1000)")
     formats = _figure_formats(figure_formats)
     _output_folder(output)                        # an unwritable -o fails here, in one line, not mid-report
+    if fractions and not testbed:
+        raise ConfigError("--fractions converts the accuracies of your table files (-t FILE), and none was given; "
+                          "drop it")
     if testbed:
-        merged = _testbed(testbed, store)
+        merged = _testbed(testbed, store, fractions)
         testbeds, highlight = [merged], merged.added
     else:
         testbeds, highlight = [load_testbed(t) for t in REFERENCE_TESTBEDS], []

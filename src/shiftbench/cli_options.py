@@ -3,7 +3,8 @@
 Each is a typer ``Annotated`` type: a command takes ``store: StoreOpt = DEFAULT_STORE`` (or no
 default, for a required option) and gets the same flag, short name and help as every other
 command. :mod:`shiftbench.cli` and the modules of :mod:`shiftbench.commands` import them from
-here (this module imports nothing of shiftbench, so there is no import cycle).
+here (this module imports nothing of shiftbench but the standard-library
+:mod:`shiftbench.setting_names`, so there is no import cycle).
 """
 from __future__ import annotations
 
@@ -12,8 +13,20 @@ from typing import Annotated, Optional
 
 import typer
 
+from shiftbench.setting_names import canonical_setting_name
+
 #: where ``shiftbench eval`` (and the studies) write results unless told otherwise
 DEFAULT_STORE = Path("shiftbench-results")
+
+
+def canonical_settings(value):
+    """A typer callback for options naming settings: ``folder:<path>`` names made canonical (the
+    absolute path from the working directory, :func:`shiftbench.setting_names.canonical_setting_name`),
+    as ``shiftbench eval`` stored them; other names unchanged. Takes one name or a list."""
+    if value is None:
+        return None
+    return [canonical_setting_name(v) for v in value] if isinstance(value, list) else canonical_setting_name(value)
+
 
 # ---------------------------------------------------------------------------- stores and testbeds
 StoreOpt = Annotated[Optional[Path], typer.Option(
@@ -28,6 +41,10 @@ ListTestbedOpt = Annotated[Optional[list[str]], typer.Option(
     "what shiftbench can evaluate.")]
 OneTestbedOpt = Annotated[Optional[str], typer.Option(
     "--testbed", "-t", help="A testbed: reference name, CSV/Parquet table or results store directory.")]
+FractionsOpt = Annotated[Optional[bool], typer.Option(
+    "--fractions/--percent", show_default=False, help="The unit of your table files' accuracies (-t FILE): "
+    "--fractions: fractions (0-1), multiplied by 100; --percent: percentages, even all below 1%. Without either, "
+    "a table whose accuracies all lie in [0, 1] is refused (shiftbench reads percentages).")]
 
 # ---------------------------------------------------------------------------- models and settings
 ModelOpt = Annotated[str, typer.Option(
@@ -36,9 +53,11 @@ ModelOpt = Annotated[str, typer.Option(
 ModelsOpt = Annotated[Optional[list[str]], typer.Option(
     "--model", "-m", help="Models: specs where the command runs them (timm:resnet50.a1_in1k, torchvision:resnet50, "
     "checkpoint:FILE --arch ..., python:mod:fn), names where it reads a testbed or a store. Repeatable.")]
-SettingOpt = Annotated[str, typer.Option("--setting", "-s", help="One setting (shiftbench list settings), e.g. val.")]
-XOpt = Annotated[str, typer.Option("--x", help="In-distribution setting (x axis), e.g. val.")]
-YOpt = Annotated[str, typer.Option("--y", help="Shifted setting (y axis), e.g. imagenetv2-matched-frequency-format-val.")]
+SettingOpt = Annotated[str, typer.Option("--setting", "-s", help="One setting (shiftbench list settings), e.g. val.",
+                                         callback=canonical_settings)]
+XOpt = Annotated[str, typer.Option("--x", help="In-distribution setting (x axis), e.g. val.", callback=canonical_settings)]
+YOpt = Annotated[str, typer.Option("--y", help="Shifted setting (y axis), e.g. imagenetv2-matched-frequency-format-val.",
+                                   callback=canonical_settings)]
 
 # ---------------------------------------------------------------------------- analysis
 ScaleOpt = Annotated[str, typer.Option("--scale", help="Axis scaling: logit, probit or linear.")]

@@ -33,15 +33,19 @@ def Table(*headers: str, **kwargs) -> _RichTable:  # noqa: N802 - a drop-in for 
     return table
 
 
-def testbed_from_options(testbeds: list[str] | None, store: Path | None = None) -> Testbed:
+def testbed_from_options(testbeds: list[str] | None, store: Path | None = None,
+                         fractions: bool | None = None) -> Testbed:
     """The testbeds given (``--testbed``, repeatable, and ``--store``) merged left to right; what
-    the merge did (example counts taken from a reference, aliases) goes to stderr."""
+    the merge did (example counts taken from a reference, aliases) goes to stderr. ``fractions``:
+    ``--fractions``/``--percent``, the unit of the table files (``load_testbed(fractions=...)``)."""
     if not testbeds and store is None:
         raise ConfigError("no testbed given; pass --testbed imagenet-reference (or timm-reference, a "
                           "CSV/Parquet table, a results store), repeatable to merge")
-    if store is not None and not store.is_dir():
-        raise ConfigError(f"{store}: no results store there; pass the --store directory that `shiftbench eval` wrote")
-    tb = load_testbed(list(testbeds or []), store=store)
+    if store is not None:
+        from shiftbench.store import Store  # deferred: loads pyarrow
+
+        Store.existing(store)   # a missing folder, or one that is not a store: one line
+    tb = load_testbed(list(testbeds or []), store=store, fractions=fractions)
     for note in tb.notes:
         err.print(f"note: {note}")
     return tb
@@ -108,8 +112,11 @@ def check_count(value: int | None, option: str, *, minimum: int = 1, what: str =
 
 def check_output_parent(path: Path, option: str) -> Path:
     """``path`` (a file to write, e.g. ``--export``) if its folder exists, else a ConfigError
-    saying which folder is missing (it is not created: a typo should not make folders)."""
+    saying which folder is missing (it is not created: a typo should not make folders); a folder
+    at ``path`` itself is a ConfigError too."""
     parent = path.expanduser().parent
+    if path.expanduser().is_dir():
+        raise ConfigError(f"{option} {path}: is a folder, not a file; give a file name (e.g. {path}/results.csv)")
     if parent.is_dir():
         return path
     blocker = next((p for p in [parent, *parent.parents] if p.exists() and not p.is_dir()), None)

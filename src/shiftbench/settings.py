@@ -29,6 +29,13 @@ Zero-shot through a class map: ``<setting>@classmap:<shipped map or .csv/.json f
 model trained on another label space (max-logit pooling, :mod:`shiftbench.views.classmap`), e.g.
 ``cifar10@classmap:imagenet-to-cifar10`` (registered for CIFAR-10/10.1/10.2) or
 ``folder:/data/x@classmap:/maps/m.csv``.
+
+A folder is one setting whatever the spelling of its path: where a ``folder:`` setting enters
+an evaluation (:func:`~shiftbench.setting_names.canonical_setting_name`, called by
+``EvalRequest.build``), its path becomes
+the absolute path of the folder read, symlinks resolved, so ``folder:val``, ``folder:./val``,
+``folder:/abs/val/`` and a link to it are one setting name and one key. The commands that look a
+setting up in a store canonicalise the name given the same way (from the working directory).
 """
 from __future__ import annotations
 
@@ -37,6 +44,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from shiftbench.errors import ConfigError, did_you_mean
+from shiftbench.setting_names import (  # noqa: F401  (canonical_setting_name, CANONICAL_PREFIXES: re-exported)
+    CANONICAL_PREFIXES,
+    canonical_setting_name,
+    split_query,
+)
 from shiftbench.shifts import check_shift, list_shifts
 from shiftbench.shifts.corruptions import CORRUPTIONS, SEVERITIES
 from shiftbench.views import (
@@ -211,12 +223,11 @@ _OPTION_EXAMPLES = {"classes": "?classes=imagenet-1k", "groups": "?groups=label"
 def _query(name: str, prefix: str, path: str) -> tuple[str, tuple[tuple[str, str], ...]]:
     """Split ``DIR?classes=imagenet-1k`` into the path and its options (``?a=x&b=y``); a ``?``
     not followed by ``key=value`` pairs is part of the path."""
-    head, sep, query = path.rpartition("?")
-    pairs = [p.partition("=") for p in query.split("&")] if sep else []
-    if not head or not pairs or not all(k and eq for k, eq, _ in pairs):
+    head, pairs = split_query(path)
+    if not pairs:
         return path, ()
     allowed = CUSTOM_OPTIONS.get(prefix, ())
-    for key, _, value in pairs:
+    for key, value in pairs:
         if key not in allowed:
             takes = ", ".join(f"?{k}=" for k in allowed) or "no ?options"
             where = f"{prefix}: settings take {takes}"
@@ -227,7 +238,7 @@ def _query(name: str, prefix: str, path: str) -> tuple[str, tuple[tuple[str, str
             from shiftbench.datasets.manifest import known_label_space  # deferred: loads Pillow
 
             known_label_space(value)  # an unknown name fails before any model is loaded
-    return head, tuple((k, v) for k, _, v in pairs)
+    return head, tuple(pairs)
 
 
 def parse_shift(text: str) -> tuple[str, int | None]:

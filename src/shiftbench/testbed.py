@@ -16,6 +16,13 @@ optional size columns ``<setting>_dataset_size``, and every other column is a se
 accuracies in percent. *Long*: columns ``model, setting, accuracy`` and optionally
 ``n_examples``, ``model_type``, ``arch``, ``tags``. :meth:`Testbed.save` writes the wide form.
 
+Accuracies are percentages. A table whose accuracies all lie in [0, 1] (at least
+:data:`FRACTION_MIN_VALUES` of them, not all zero) was almost surely written as fractions
+(``0.76`` for 76%), so reading it is refused (:func:`check_percent`): ``fractions=True``
+(``--fractions``) multiplies it by 100, ``fractions=False`` (``--percent``) accepts it as
+percentages (a chance-level model at 0.1%). A table with percentages elsewhere but one column
+entirely in [0, 1] is read as it is, with a note (ImageNet-A's ResNets genuinely score below 1%).
+
 This module needs only numpy and pandas (no torch).
 
 Example
@@ -83,6 +90,63 @@ def agree_to_written_precision(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     d = np.minimum(written_decimals(a), written_decimals(b))
     with np.errstate(invalid="ignore"):
         return np.abs(a - b) <= 0.5 * 10.0 ** (-d.astype(float)) * (1 + 1e-9)
+
+
+#: the fewest accuracies that, all in [0, 1], make a table (or arrays) read as fractions by mistake
+FRACTION_MIN_VALUES = 2
+#: how the refusal tells a user to go on (``{}``: the command-line switch, for tables read by the CLI)
+FRACTIONS_FIX = "multiply them by 100, or pass fractions=True{} to convert them; if they really are percentages " \
+                "below 1%, pass fractions=False{}"
+
+
+def looks_like_fractions(values: object) -> bool:
+    """Whether accuracies meant as percentages look like fractions: at least
+    :data:`FRACTION_MIN_VALUES` finite values, all in [0, 1], not all zero (zeros read the same
+    either way).
+
+    >>> looks_like_fractions([0.76, 0.25]), looks_like_fractions([76.1, 0.25]), looks_like_fractions([0.5])
+    (True, False, False)
+    """
+    v = np.asarray(values, dtype=float).ravel()
+    v = v[np.isfinite(v)]
+    return v.size >= FRACTION_MIN_VALUES and bool((v >= 0).all() and (v <= 1).all() and (v > 0).any())
+
+
+def check_percent(values: np.ndarray, fractions: bool | None, what: str, *, switches: bool = True) -> np.ndarray:
+    """``values`` (accuracies) in percent, checked at the boundary where a user hands them in.
+
+    ``fractions=None`` (default): a DataError naming ``what`` when they look like fractions
+    (:func:`looks_like_fractions`); ``True``: they are fractions, multiplied by 100 (a value
+    outside [0, 1] is a DataError); ``False``: they are percentages, as given. ``switches``: the
+    messages name the command-line switches too (``--fractions``, ``--percent``; not for arrays).
+
+    >>> check_percent(np.array([0.76, 0.25]), True, "x").tolist()
+    [76.0, 25.0]
+    """
+    values = np.asarray(values, dtype=float)
+    if fractions is None:
+        if looks_like_fractions(values):
+            raise DataError(fraction_message(what, values, switches=switches))
+        return values
+    if fractions:
+        finite = values[np.isfinite(values)]
+        bad = finite[(finite < 0) | (finite > 1)]
+        if bad.size:
+            flag = " (--fractions)" if switches else ""
+            raise DataError(f"{what}: fractions=True{flag} but {bad[0]:g} is outside [0, 1]; "
+                            f"drop fractions=True{flag} if the accuracies are percentages")
+        return values * 100.0
+    return values
+
+
+def fraction_message(what: str, values: np.ndarray, *, switches: bool = True) -> str:
+    """The one-line refusal of accuracies that look like fractions (``what`` names where they are)."""
+    finite = np.asarray(values, dtype=float)
+    finite = finite[np.isfinite(finite)]
+    top = float(finite.max())
+    return (f"{what}: all {finite.size} accuracies lie between 0 and 1, so they look like fractions, but shiftbench "
+            f"reads accuracies in percent (0-100): {top:g} would be {top:g}%, not {top * 100:g}%; "
+            + FRACTIONS_FIX.format(*((" (--fractions)", " (--percent)") if switches else ("", ""))))
 
 
 def _holds_booleans(column: pd.Series) -> bool:
@@ -235,9 +299,37 @@ class Testbed:
         return meta[list(METADATA_COLUMNS) + rest]
 
     # ------------------------------------------------------------------ construction / IO
+    def _in_percent(self, fractions: bool | None) -> Testbed:
+        """This table (just read from a user's file or frame) in percent: refused when every
+        accuracy lies in [0, 1] (:func:`check_percent`) unless ``fractions`` says which unit it is
+        (``True``: multiplied by 100); a column wholly in [0, 1] among percentages gets a note."""
+        acc = self.accuracies
+        cols = [c for c in acc.columns if acc[c].notna().any()]
+        listed = ", ".join(repr(c) for c in cols[:5]) + (f" and {len(cols) - 5} more" if len(cols) > 5 else "")
+        what = f"{self.source} (column{'s' if len(cols) != 1 else ''} {listed})"
+        values = check_percent(acc.to_numpy(), fractions, what)
+        if fractions:
+            note = f"{self.source}: accuracies read as fractions and multiplied by 100 (fractions=True, --fractions)"
+            return Testbed(pd.DataFrame(values, index=acc.index, columns=acc.columns), self.sizes, self.metadata,
+                           name=self.name, source=self.source, notes=[*self.notes, note], added=self.added)
+        if fractions is None:
+            small = [c for c in cols if looks_like_fractions(acc[c])]
+            if small:
+                self.notes.append(
+                    f"{self.source}: every accuracy in column{'s' if len(small) > 1 else ''} "
+                    f"{', '.join(map(repr, small))} lies between 0 and 1 while the others are percentages; if "
+                    "those are fractions, multiply them by 100 (read as percentages; --percent, or fractions=False, "
+                    "says they are and drops this note)")
+        return self
+
     @classmethod
-    def from_frame(cls, frame: pd.DataFrame, *, name: str = "testbed", source: str | None = None) -> Testbed:
-        """Build a testbed from a wide or long DataFrame (see the module docstring)."""
+    def from_frame(cls, frame: pd.DataFrame, *, name: str = "testbed", source: str | None = None,
+                   fractions: bool | None = None) -> Testbed:
+        """Build a testbed from a wide or long DataFrame (see the module docstring).
+
+        ``fractions``: ``None`` (default) refuses a table whose accuracies all lie in [0, 1] (they
+        look like fractions; :func:`check_percent`); ``True`` reads them as fractions and
+        multiplies them by 100; ``False`` reads them as percentages whatever their size."""
         source = source or name
         if "model" not in frame.columns:
             raise DataError(f"{source}: no 'model' column; the first column must name each model")
@@ -248,14 +340,14 @@ class Testbed:
             raise DataError(f"{source}: row {row + 1} has no model name; name every model")
         frame["model"] = frame["model"].astype(str).str.strip()
         if {"setting", "accuracy"} <= set(frame.columns):
-            return cls._from_long(frame, name=name, source=source)
+            return cls._from_long(frame, name=name, source=source)._in_percent(fractions)
         meta_cols = [c for c in frame.columns if c in METADATA_COLUMNS or str(c).startswith(META_PREFIX)]
         size_cols = [c for c in frame.columns if str(c).endswith(SIZE_SUFFIX)]
         setting_cols = [c for c in frame.columns if c not in meta_cols and c not in size_cols and c != "model"]
         frame = frame.set_index("model")
         meta = frame[meta_cols].rename(columns=lambda c: c[len(META_PREFIX):] if c.startswith(META_PREFIX) else c)
         sizes = _checked_sizes(frame[size_cols].rename(columns=lambda c: c[: -len(SIZE_SUFFIX)]), source)
-        return cls(frame[setting_cols], sizes, meta, name=name, source=source)
+        return cls(frame[setting_cols], sizes, meta, name=name, source=source)._in_percent(fractions)
 
     @classmethod
     def _from_long(cls, frame: pd.DataFrame, *, name: str, source: str) -> Testbed:
@@ -281,8 +373,9 @@ class Testbed:
         return cls(acc, sizes, meta, name=name, source=source)
 
     @classmethod
-    def read(cls, path: str | Path, *, name: str | None = None) -> Testbed:
-        """Read a testbed from a ``.csv`` or ``.parquet`` file (wide or long form)."""
+    def read(cls, path: str | Path, *, name: str | None = None, fractions: bool | None = None) -> Testbed:
+        """Read a testbed from a ``.csv`` or ``.parquet`` file (wide or long form); ``fractions``
+        as in :meth:`from_frame` (a table of fractions is refused unless told)."""
         path = Path(path)
         if not path.exists():
             raise DataError(f"{path}: no such testbed file; give a CSV/Parquet table or a reference name")
@@ -301,7 +394,7 @@ class Testbed:
             if isinstance(exc, DataError):
                 raise
             raise DataError(f"{path}: cannot read the table ({exc}); is it a valid {suffix[1:]} file?") from exc
-        return cls.from_frame(frame, name=name or path.stem, source=str(path))
+        return cls.from_frame(frame, name=name or path.stem, source=str(path), fractions=fractions)
 
     @classmethod
     def from_store(cls, store: str | Path = "shiftbench-results", *, convention: str = "restricted",

@@ -16,6 +16,11 @@ report fits every shift through the same function).
 where ``beta`` is the trend fitted on the ``fit_on`` models (the standard models by default),
 with the interval of :func:`~shiftbench.analysis.effective_robustness` and the rank of ``rho(f)``
 among every model of the testbed evaluated on both settings.
+
+A (model, shift) that cannot be placed is never dropped in silence: ``attrs["skipped"]`` lists it
+with the setting(s) the model lacks and what each is (:func:`setting_description`), e.g. a
+table with ``val`` and ``objectnet`` but no ``val-on-objectnet-classes``; :func:`skipped_lines`
+says the same in a few lines for the command line and the report.
 """
 from __future__ import annotations
 
@@ -32,6 +37,10 @@ from shiftbench.testbed import Testbed
 
 PLACEMENT_COLUMNS = ["model", "shift", "x", "y", "x_acc", "y_acc", "predicted_y_acc", "effective_robustness",
                      "er_low", "er_high", "rank", "n_ranked", "in_fit_range"]
+#: the fields of each entry of ``place_models(...).attrs["skipped"]``
+SKIPPED_FIELDS = ["model", "shift", "x", "y", "missing", "reason"]
+#: the reason of a (model, shift) with neither of its two settings (grouped in :func:`skipped_lines`)
+NEITHER = "no accuracy on either of its two settings"
 
 
 @dataclass(frozen=True)
@@ -119,7 +128,7 @@ def place_models(
         ``(x, y)`` or ``(label, x, y)`` pairs or :class:`ShiftPair` objects; default
         :data:`NATURAL_SHIFTS` (those whose two settings the testbed has; ImageNet-A piecewise
         around ResNet-50, as in the report). A default shift whose trend cannot be fitted is
-        skipped and listed in ``attrs["skipped"]``.
+        skipped (an explicit one raises).
     scale, fit_on, n_resamples, seed, confidence:
         Trend scaling, the models it is fitted on, and the bootstrap band / interval.
 
@@ -132,6 +141,14 @@ def place_models(
     ``in_fit_range`` says whether ``x_acc`` lies within the fitted models' range of ``x``
     accuracies (outside it the trend is extrapolated). ``attrs["fits"]`` maps each shift's
     name to its :class:`~shiftbench.analysis.TrendFit`.
+
+    ``attrs["skipped"]`` lists every (model, shift) not placed, model-major: a dict of
+    :data:`SKIPPED_FIELDS` ``model, shift, x, y, missing, reason`` where ``missing`` holds the
+    setting(s) the model has no accuracy on (by default every natural shift counts, also those
+    the testbed lacks a setting of) and ``reason`` says what a lone missing setting is ("ObjectNet
+    needs val-on-objectnet-classes (ImageNet validation on the 125 ImageNet classes that map to
+    ObjectNet's 113)"), or why the shift has no trend (``missing`` empty).
+    ``attrs["unplaced"]`` lists the models placed on no shift.
 
     Examples
     --------
@@ -151,14 +168,16 @@ def place_models(
         for s in pairs:
             testbed.check_setting(s.x)
             testbed.check_setting(s.y)
-    rows, fits, skipped = [], {}, {}
+    rows, fits = [], {}
+    skipped = [] if shifts is not None else [  # natural shifts the testbed lacks a setting of
+        row for s in NATURAL_SHIFTS if s not in pairs for m in wanted if (row := _skip(testbed, m, s)) is not None]
     for shift in pairs:
         try:
             fit = fit_shift(testbed, shift, scale, fit_on=fit_on)
         except ShiftbenchError as exc:
             if shifts is not None:
                 raise
-            skipped[shift.label] = str(exc)
+            skipped += skipped_without_trend(testbed, wanted, shift, str(exc))
             continue
         fits[shift.label] = fit
         er = effective_robustness(shift.x, shift.y, testbed=testbed, fit=fit, confidence=confidence,
@@ -167,6 +186,7 @@ def place_models(
         lo, hi = fit.x_range
         for model in wanted:
             if model not in er.index:
+                skipped.append(_skip(testbed, model, shift))
                 continue
             r = er.loc[model]
             rows.append({"model": model, "shift": shift.label, "x": shift.x, "y": shift.y,
@@ -179,9 +199,73 @@ def place_models(
         order = {m: i for i, m in enumerate(wanted)}
         out = out.sort_values("model", key=lambda s: s.map(order), kind="stable").reset_index(drop=True)
     out = out.astype({"rank": int, "n_ranked": int, "in_fit_range": bool})
+    order = {m: i for i, m in enumerate(wanted)}
+    skipped = sorted((r for r in skipped if r), key=lambda r: order[r["model"]])   # model-major, as the rows
     out.attrs.update(fits=fits, skipped=skipped, scale=scale, confidence=confidence,
                      unplaced=[m for m in wanted if m not in set(out["model"])])
     return out
+
+
+def setting_description(setting: str) -> str | None:
+    """What a setting is, from the registry of evaluation settings (``shiftbench list settings
+    --long``): ``val-on-objectnet-classes`` -> "ImageNet validation on the 125 ImageNet classes
+    that map to ObjectNet's 113"; ``None`` for a setting not registered there."""
+    from shiftbench.settings import list_settings  # deferred: builds the registry of settings (views, shifts)
+
+    return list_settings().get(setting)
+
+
+def _skip(testbed: Testbed, model: str, shift: ShiftPair) -> dict[str, object] | None:
+    """The ``attrs["skipped"]`` entry of ``model`` on ``shift`` when it lacks a setting (``None``
+    when it has both): the missing setting(s), and what a lone missing one is."""
+    missing = [s for s in (shift.x, shift.y)
+               if s not in testbed.settings or not pd.notna(testbed.accuracies.at[model, s])]
+    if not missing:
+        return None
+    if len(missing) == 2:
+        reason = NEITHER
+    else:
+        what = setting_description(missing[0])
+        reason = f"{shift.label} needs {missing[0]}" + (f" ({what})" if what else "")
+    return dict(zip(SKIPPED_FIELDS, (model, shift.label, shift.x, shift.y, missing, reason)))
+
+
+def skipped_without_trend(testbed: Testbed, models: Sequence[str], shift: ShiftPair,
+                          why: str) -> list[dict[str, object]]:
+    """``attrs["skipped"]`` entries of ``models`` on a ``shift`` whose trend could not be fitted
+    (``why``, the error): a model lacking a setting is listed with it, as :func:`place_models`
+    lists it; one with both accuracies gets ``missing=[]`` and ``reason`` "no trend: ..."."""
+    return [_skip(testbed, m, shift) or dict(zip(SKIPPED_FIELDS, (m, shift.label, shift.x, shift.y, [],
+                                                                  f"no trend: {why}")))
+            for m in models]
+
+
+def skipped_lines(skipped: Sequence[dict[str, object]]) -> list[str]:
+    """``attrs["skipped"]`` of :func:`place_models` in a few lines: one per (model, shift) that
+    lacks one setting ("mine on ObjectNet: needs val-on-objectnet-classes (...)"), the shifts
+    with neither setting grouped by model, and the shifts without a trend grouped by shift.
+
+    >>> skipped_lines([{"model": "m", "shift": "S", "x": "a", "y": "b", "missing": ["a"], "reason": "S needs a"},
+    ...                {"model": "m", "shift": "T", "x": "a", "y": "c", "missing": ["a", "c"], "reason": NEITHER}])
+    ['m on S: needs a', 'm on T: no accuracy on either of its two settings']
+    """
+    neither: dict[str, list[str]] = {}
+    per_shift: dict[tuple[str, str], list[str]] = {}
+    lines = []
+    for r in skipped:
+        model, shift, reason = str(r["model"]), str(r["shift"]), str(r["reason"])
+        if reason == NEITHER:
+            neither.setdefault(model, []).append(shift)
+        elif r["missing"]:
+            lines.append(f"{model} on {shift}: {reason.removeprefix(shift + ' ')}")
+        else:
+            per_shift.setdefault((shift, reason), []).append(model)
+    lines += [f"{', '.join(models)} on {shift}: {reason}" for (shift, reason), models in per_shift.items()]
+    by_shifts: dict[tuple[str, ...], list[str]] = {}
+    for model, shifts in neither.items():
+        by_shifts.setdefault(tuple(shifts), []).append(model)
+    lines += [f"{', '.join(models)} on {', '.join(shifts)}: {NEITHER}" for shifts, models in by_shifts.items()]
+    return lines
 
 
 def fitted_on_note(fits: dict[str, TrendFit], testbed: Testbed, models: Iterable[str] = ()) -> str:
@@ -202,4 +286,5 @@ def fitted_on_note(fits: dict[str, TrendFit], testbed: Testbed, models: Iterable
     return line
 
 
-__all__ = ["ShiftPair", "NATURAL_SHIFTS", "fit_shift", "place_models", "PLACEMENT_COLUMNS", "fitted_on_note"]
+__all__ = ["ShiftPair", "NATURAL_SHIFTS", "fit_shift", "place_models", "PLACEMENT_COLUMNS", "SKIPPED_FIELDS",
+           "fitted_on_note", "setting_description", "skipped_lines", "skipped_without_trend"]

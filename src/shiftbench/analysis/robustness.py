@@ -35,6 +35,7 @@ from shiftbench.analysis.trend import (
     bootstrap_interval,
     check_accuracy_arrays,
     fit_trend,
+    percent_arrays,
     x_settings,
 )
 from shiftbench.errors import ConfigError, DataError
@@ -57,6 +58,7 @@ def effective_robustness(
     band: Band | None = None,
     n_resamples: int = 1000,
     seed: int | None = 0,
+    fractions: bool | None = None,
 ) -> pd.DataFrame:
     """Effective robustness ``rho = acc_y - beta(acc_x)`` of every model, in percentage points.
 
@@ -79,6 +81,9 @@ def effective_robustness(
         The interval (see module docstring): Clopper-Pearson at ``confidence`` and a bootstrap
         band (given, or computed with ``n_resamples`` and ``seed``; ``n_resamples=0`` skips it).
         With several x there is no band to give: the bootstrap runs at the models' points.
+    fractions:
+        For arrays: as in :func:`fit_trend`, arrays whose accuracies all lie in [0, 1] are refused
+        as fractions unless ``fractions=True`` (multiplied by 100) or ``False`` (percentages).
 
     Returns
     -------
@@ -89,13 +94,17 @@ def effective_robustness(
     """
     x, k = x_settings(x, y, testbed)
     if k > 1 or isinstance(fit, MultiTrendFit):
+        if testbed is None and not isinstance(x, str):          # in percent once, here at the boundary
+            labels = x.columns if isinstance(x, pd.DataFrame) else None
+            x, y = percent_arrays(x, y, fractions)
+            x = pd.DataFrame(x, columns=labels) if labels is not None else x
         return _multi_effective_robustness(x, y, scale, testbed=testbed, fit=fit, fit_on=fit_on, models=models,
                                            confidence=confidence, band=band, n_resamples=n_resamples, seed=seed)
     fitted_here = fit is None
     if testbed is None:
-        ax, ay = check_accuracy_arrays(x, y)
+        ax, ay = check_accuracy_arrays(x, y, fractions)
         if fit is None:
-            fit = fit_trend(ax, ay, scale)
+            fit = fit_trend(ax, ay, scale, fractions=False)        # checked (and converted) above
         frame = pd.DataFrame({"x_acc": ax, "y_acc": ay, "x_n": np.nan, "y_n": np.nan,
                               "model_type": "UNKNOWN"})
         skipped = int((~(np.isfinite(ax) & np.isfinite(ay))).sum())
@@ -136,8 +145,8 @@ def _multi_effective_robustness(
         raise ConfigError("band= is a band along one x axis; with several x the interval bootstraps the plane "
                           "at each model's point (n_resamples=, seed=)")
     fitted_here = fit is None
-    if fit is None:
-        fit = fit_trend(x, y, scale, testbed=testbed, fit_on=fit_on)
+    if fit is None:                       # array accuracies are in percent already (effective_robustness)
+        fit = fit_trend(x, y, scale, testbed=testbed, fit_on=fit_on, fractions=False if testbed is None else None)
     elif not isinstance(fit, MultiTrendFit):
         raise ConfigError(f"fit is a trend on one x ({fit.x!r}); pass a fit over the same x settings, or none")
     if testbed is None:
@@ -148,7 +157,7 @@ def _multi_effective_robustness(
         if ax.ndim != 2 or ax.shape[0] != ay.size:
             raise DataError(f"x has shape {ax.shape} and y {ay.size} values; give one row of x accuracies per model")
         for j in range(ax.shape[1]):
-            check_accuracy_arrays(ax[:, j], ay)
+            check_accuracy_arrays(ax[:, j], ay, fractions=False)
         ycol = "y" if "y" not in labels else "_y"
         acc = pd.DataFrame(np.column_stack([ax, ay]), columns=[*labels, ycol])
         acc.index = acc.index.astype(str)

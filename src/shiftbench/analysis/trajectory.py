@@ -125,7 +125,8 @@ def trajectory_effective_robustness(
     points = Testbed.from_frame(pd.DataFrame({
         "model": list(acc["model"]) * 2, "setting": [x] * len(acc) + [y] * len(acc),
         "accuracy": list(acc["x_acc"]) + list(acc["y_acc"]),
-        "n_examples": list(acc["x_n"]) + list(acc["y_n"])}), name="trajectory")
+        "n_examples": list(acc["x_n"]) + list(acc["y_n"])}), name="trajectory",
+        fractions=False)                  # percentages: a checkpoint at chance (0.1%) is a real one
     er = effective_robustness(x, y, testbed=points, fit=fit, band=band, n_resamples=n_resamples,
                               confidence=confidence, seed=seed)
     er = er.reindex(acc["model"])

@@ -37,7 +37,7 @@ from numpy.typing import ArrayLike
 from shiftbench.analysis.intervals import check_confidence
 from shiftbench.analysis.scaling import check_scale, inverse, transform
 from shiftbench.errors import ConfigError, DataError
-from shiftbench.testbed import Testbed
+from shiftbench.testbed import Testbed, check_percent
 
 MIN_MODELS = 3
 DEFAULT_FIT_ON = ("STANDARD",)
@@ -317,12 +317,19 @@ class Band:
 
 
 # ---------------------------------------------------------------------------- data selection
-def check_accuracy_arrays(x: ArrayLike, y: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
-    """Validate paired accuracy arrays (percent, same length, within [0, 100]; NaN allowed)."""
+def check_accuracy_arrays(x: ArrayLike, y: ArrayLike, fractions: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Validate paired accuracy arrays (percent, same length, within [0, 100]; NaN allowed).
+
+    Accuracies are percentages: arrays whose values all lie in [0, 1] (two or more, not all
+    zero) look like fractions and are refused unless ``fractions`` says which they are
+    (``True``: fractions, multiplied by 100; ``False``: percentages below 1%), as
+    :func:`shiftbench.testbed.check_percent` does for tables."""
     ax = np.asarray(x, dtype=float).ravel()
     ay = np.asarray(y, dtype=float).ravel()
     if ax.shape != ay.shape:
         raise DataError(f"x and y have different lengths ({ax.size} vs {ay.size})")
+    both = check_percent(np.concatenate([ax, ay]), fractions, "x and y", switches=False)
+    ax, ay = both[:ax.size], both[ax.size:]
     bad = (ax < 0) | (ax > 100) | (ay < 0) | (ay > 100)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
@@ -332,14 +339,14 @@ def check_accuracy_arrays(x: ArrayLike, y: ArrayLike) -> tuple[np.ndarray, np.nd
 
 def _points(
     x: str | ArrayLike, y: str | ArrayLike, scale: str, testbed: Testbed | None,
-    fit_on: str | Iterable[str] | None,
+    fit_on: str | Iterable[str] | None, fractions: bool | None = None,
 ) -> tuple[np.ndarray, np.ndarray, dict[str, object]]:
     """Scaled (xs, ys) for the fit, and the provenance fields of the result."""
     check_scale(scale)
     if testbed is None:
         if isinstance(x, str) or isinstance(y, str):
             raise ConfigError(f"x={x!r}, y={y!r} are setting names: pass testbed=... as well")
-        ax, ay = check_accuracy_arrays(x, y)
+        ax, ay = check_accuracy_arrays(x, y, fractions)
         keep = np.isfinite(ax) & np.isfinite(ay)
         info = {"models": tuple(str(i) for i in np.flatnonzero(keep)), "n_skipped": int((~keep).sum()),
                 "fit_on": ()}
@@ -408,18 +415,15 @@ def x_settings(x: object, y: object, testbed: Testbed | None) -> tuple[object, i
 
 def _multi_points(
     x: Sequence[str] | np.ndarray | pd.DataFrame, y: str | ArrayLike, scale: str, testbed: Testbed | None,
-    fit_on: str | Iterable[str] | None,
+    fit_on: str | Iterable[str] | None, fractions: bool | None = None,
 ) -> tuple[np.ndarray, np.ndarray, dict[str, object]]:
     """Scaled ``(xs (n, K), ys)`` of the models with all K + 1 accuracies, and provenance."""
     check_scale(scale)
     if testbed is None:
         names = tuple(map(str, x.columns)) if isinstance(x, pd.DataFrame) else None
-        ax = np.asarray(x, dtype=float)
-        ay = np.asarray(y, dtype=float).ravel()
-        if ax.shape[0] != ay.size:
-            raise DataError(f"x has {ax.shape[0]} rows and y {ay.size} values; give one row of x accuracies per model")
+        ax, ay = percent_arrays(x, y, fractions)
         for k in range(ax.shape[1]):
-            check_accuracy_arrays(ax[:, k], ay)
+            check_accuracy_arrays(ax[:, k], ay, fractions=False)       # in percent now
         keep = np.isfinite(ax).all(axis=1) & np.isfinite(ay)
         info = {"models": tuple(str(i) for i in np.flatnonzero(keep)), "n_skipped": int((~keep).sum()),
                 "fit_on": (), "x": names, "xa": ax[keep]}
@@ -436,10 +440,22 @@ def _multi_points(
     return xs, transform(acc[cols[-1]], scale, sizes[cols[-1]]), info
 
 
+def percent_arrays(x: ArrayLike | pd.DataFrame, y: ArrayLike, fractions: bool | None) -> tuple[np.ndarray, np.ndarray]:
+    """``(x (n, K), y (n,))`` accuracy arrays of a plane fit in percent: one row of x per y
+    value, and the fractions check of :func:`check_accuracy_arrays` over all of them at once."""
+    ax = np.asarray(x, dtype=float)
+    ay = np.asarray(y, dtype=float).ravel()
+    if ax.ndim != 2 or ax.shape[0] != ay.size:
+        rows = f"{ax.shape[0]} rows" if ax.ndim == 2 else f"shape {ax.shape}"
+        raise DataError(f"x has {rows} and y {ay.size} values; give one row of x accuracies per model")
+    both = check_percent(np.concatenate([ax.ravel(), ay]), fractions, "x and y", switches=False)
+    return both[:ax.size].reshape(ax.shape), both[ax.size:]
+
+
 def _fit_multi(x: object, y: object, scale: str, testbed: Testbed | None,
-               fit_on: str | Iterable[str] | None) -> MultiTrendFit:
+               fit_on: str | Iterable[str] | None, fractions: bool | None = None) -> MultiTrendFit:
     """OLS of ``t(y)`` on ``[1, t(x_1) .. t(x_K)]`` (see :class:`MultiTrendFit`)."""
-    xs, ys, info = _multi_points(x, y, scale, testbed, fit_on)
+    xs, ys, info = _multi_points(x, y, scale, testbed, fit_on, fractions)
     k = xs.shape[1]
     labels = info["x"] or tuple(f"x{i + 1}" for i in range(k))
     if len(ys) < k + 2:
@@ -471,6 +487,7 @@ def fit_trend(
     *,
     testbed: Testbed | None = None,
     fit_on: str | Iterable[str] | None = DEFAULT_FIT_ON,
+    fractions: bool | None = None,
 ) -> TrendFit | MultiTrendFit:
     """Least-squares trend ``t(acc_y) = slope * t(acc_x) + intercept`` (Taori et al. 2020, §3),
     or, over K >= 2 in-distribution test sets, the plane
@@ -498,6 +515,11 @@ def fit_trend(
         Which models the line is fitted on: model types, tags or model names (a union; see
         :meth:`Testbed.resolve`). Default: ``STANDARD`` models, the published protocol.
         ``"all"`` fits on every model.
+    fractions:
+        For arrays: accuracies are percentages, so arrays whose values all lie in [0, 1] look
+        like fractions and are refused (DataError) unless ``fractions=True`` (multiply them by
+        100) or ``fractions=False`` (they are percentages below 1%). A testbed's tables were
+        checked when read (:func:`~shiftbench.load_testbed`).
 
     Examples
     --------
@@ -507,8 +529,8 @@ def fit_trend(
     """
     x, k = x_settings(x, y, testbed)
     if k > 1:
-        return _fit_multi(x, y, scale, testbed, fit_on)
-    xs, ys, info = _points(x, y, scale, testbed, fit_on)
+        return _fit_multi(x, y, scale, testbed, fit_on, fractions)
+    xs, ys, info = _points(x, y, scale, testbed, fit_on, fractions)
     _require(len(xs), MIN_MODELS, info, testbed, "a trend fit")
     if np.ptp(xs) == 0:
         raise DataError(f"all {len(xs)} models have the same accuracy on {info.get('x', 'x')!r}; a trend needs spread")
@@ -529,18 +551,20 @@ def fit_piecewise_trend(
     *,
     testbed: Testbed | None = None,
     fit_on: str | Iterable[str] | None = DEFAULT_FIT_ON,
+    fractions: bool | None = None,
 ) -> PiecewiseTrendFit:
     """Continuous piecewise-linear trend with a knot at ``pivot`` (see module docstring).
 
     ``pivot`` is an in-distribution accuracy in percent, or the name of a testbed model whose
     ``x`` accuracy is used - for ImageNet-A, the ResNet-50 it was filtered against
     (``pivot="resnet50"``). At least two fitted models are needed on each side of the pivot.
-    There is no piecewise form over several x settings (ConfigError).
+    There is no piecewise form over several x settings (ConfigError). ``fractions`` as in
+    :func:`fit_trend` (for arrays; a numeric ``pivot`` is in percent either way).
     """
     x, k = x_settings(x, y, testbed)
     if k > 1:
         raise ConfigError(f"a piecewise trend takes one x; got {k} x settings; drop the pivot or give one x")
-    xs, ys, info = _points(x, y, scale, testbed, fit_on)
+    xs, ys, info = _points(x, y, scale, testbed, fit_on, fractions)
     if isinstance(pivot, str):
         if testbed is None:
             raise ConfigError(f"pivot={pivot!r} names a model: pass testbed=... as well")

@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from shiftbench.analysis.agreement import estimate_ood_accuracy
-from shiftbench.cli_options import DEFAULT_STORE, JsonOpt, ModelsOpt, StoreOpt
+from shiftbench.cli_options import DEFAULT_STORE, JsonOpt, ModelsOpt, StoreOpt, canonical_settings
 from shiftbench.cli_support import Table, out
 
 
@@ -26,9 +26,11 @@ def register(app: typer.Typer) -> None:
 
     @app.command("estimate")
     def estimate_cmd(
-        id_setting: Annotated[str, typer.Option("--id", help="In-distribution setting with labels, e.g. val.")],
+        id_setting: Annotated[str, typer.Option("--id", help="In-distribution setting with labels, e.g. val.",
+                                                callback=canonical_settings)],
         ood_setting: Annotated[str, typer.Option("--ood", help="Shifted setting whose accuracy to estimate (its "
-                                                 "labels are used only to report the error).")],
+                                                 "labels are used only to report the error).",
+                                                 callback=canonical_settings)],
         store: StoreOpt = DEFAULT_STORE,
         model: ModelsOpt = None,
         method: Annotated[list[str], typer.Option(

@@ -61,10 +61,7 @@ def register(app: typer.Typer) -> None:
         from shiftbench.store import Store  # deferred: loads pyarrow
         from shiftbench.studies.trajectory import Trajectory  # deferred: loads Pillow, loads pyarrow
 
-        if not store.is_dir():
-            raise ConfigError(f"{store}: no results store there; pass the --store directory the trajectories were "
-                              "written to")
-        st = Store(store)
+        st = Store.existing(store)     # a missing folder, or one that is not a store: one line
         names = name or st.study_names("trajectory")
         if not names:
             raise ConfigError(f"{store}: no trajectories stored; record one with shiftbench.Trajectory(...).evaluate")

@@ -20,6 +20,7 @@ from typing import Any
 
 from shiftbench.datasets.base import ImageDataset
 from shiftbench.errors import ConfigError, did_you_mean
+from shiftbench.setting_names import resolve_user_path  # how a folder: setting's path is found (and named)
 
 Builder = Callable[..., ImageDataset]
 
@@ -82,16 +83,6 @@ def dataset_root(name: str, data_root: Path | str = ".", overrides: Mapping[str,
     return base / entry.default_dir
 
 
-def _resolve_user_path(path: Path | str, data_root: Path | str) -> Path:
-    """A user-given path: as is if absolute or existing relative to the working directory,
-    else relative to ``data_root`` if it exists there."""
-    p = Path(path).expanduser()
-    if p.is_absolute() or p.exists():
-        return p
-    under = Path(data_root).expanduser() / p
-    return under if under.exists() else p
-
-
 def load_dataset(name: str, data_root: Path | str = ".", overrides: Mapping[str, Path | str] | None = None,
                  **kwargs: Any) -> ImageDataset:
     """Build the registered dataset ``name`` from ``data_root`` (or its override).
@@ -115,6 +106,6 @@ def load_dataset(name: str, data_root: Path | str = ".", overrides: Mapping[str,
             kwargs["path"] = overrides[name]
         if kwargs.get("path") is None:
             raise ConfigError(f"dataset {name!r} needs path=<{entry.layout}>")
-        kwargs["path"] = _resolve_user_path(kwargs["path"], data_root)
+        kwargs["path"] = resolve_user_path(kwargs["path"], data_root)
         return entry.builder(**kwargs)
     return entry.builder(dataset_root(name, data_root, overrides), **kwargs)

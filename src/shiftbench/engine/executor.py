@@ -30,7 +30,8 @@ class Executor(Protocol):
 class LocalExecutor:
     """Runs a request in this process: one stream per dataset serves every model and every
     setting of that dataset (models grouped to fit ``request.memory_limit``). A model that fails
-    is named in a :class:`~shiftbench.errors.ModelError` raised after the others have finished.
+    is named in a :class:`~shiftbench.errors.ModelError` raised after the others have finished
+    (their result frame is on its ``results`` attribute).
     ``run_meta`` is added to each stored run record (a Ray task adds its node and task ids)."""
 
     def __init__(self, run_meta: Mapping[str, Any] | None = None) -> None:
@@ -40,5 +41,7 @@ class LocalExecutor:
         check_device(request.device)  # 'tpu7', or a GPU this machine lacks: one ConfigError, before any work
         rows, failed = run_models(request, progress=progress, run_meta=self.run_meta)
         if failed:
-            raise failure(failed, request)
+            error = failure(failed, request)
+            error.results = result_frame(rows, request)   # the models that finished (store=None keeps them nowhere else)
+            raise error
         return result_frame(rows, request)

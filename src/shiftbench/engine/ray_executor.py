@@ -144,6 +144,9 @@ class RayExecutor:
     def run(self, request: EvalRequest, progress: bool | ProgressFn = False) -> pd.DataFrame:
         """``progress`` is not shown (the passes run on the workers); the argument keeps the
         :class:`~shiftbench.engine.executor.Executor` interface."""
+        if request.store is None:  # the tasks' parts must meet in one store every worker reaches
+            raise ConfigError("store=None keeps results in this process; the Ray executor needs a store directory "
+                              "every worker can reach (--store DIR)")
         try:
             import ray  # deferred: loads ray
         except ImportError as exc:  # pragma: no cover - ray is installed by the Makefile

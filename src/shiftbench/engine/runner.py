@@ -21,6 +21,7 @@ run reports every result it was asked for or raises a :class:`StoreError` saying
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
 import platform
@@ -40,8 +41,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskProgressC
 from rich.text import Text
 
 from shiftbench.datasets.base import ImageDataset, ImageDecodeError, text_name
+from shiftbench.datasets.torch_data import TORCH_DATASET, LabelRangeError
 from shiftbench.engine.request import EvalRequest
-from shiftbench.errors import ConfigError, ModelError, ShiftbenchError, ShiftError, StoreError
+from shiftbench.errors import ConfigError, ModelError, ShiftbenchError, ShiftError, StoreError, did_you_mean
+from shiftbench.model_types import MODEL_TYPES
 from shiftbench.models import check_logits, load_model
 from shiftbench.models.base import LoadedModel
 from shiftbench.settings import Setting
@@ -469,7 +472,8 @@ class Pass:
             scan = list(getattr(self.dataset, "skipped_on_scan", []) or [])
             summary.update(n_skipped_on_scan=len(scan), skipped_on_scan=[f"{i}: {why}" for i, why in scan[:100]])
             summary.update(shift=None if self.shift is None else self.shift.id, seed=self.seed)
-            summary.update(label_space=self.dataset.label_space, notes=list(getattr(self.dataset, "notes", ())))
+            summary.update(label_space=self.dataset.label_space,
+                           notes=[*getattr(self.dataset, "notes", ()), *self.model.metadata.get("notes", ())])
             summary.update(model=self.model.name, setting=job.setting.name, dataset=self.dataset.name,
                            convention=self.conventions[job.key], spec=self.model.spec,
                            model_type=self.model.metadata.get("model_type", "UNKNOWN"),
@@ -616,8 +620,11 @@ def default_device() -> str:
 def load_for(model: str | LoadedModel, request: EvalRequest, device: str) -> LoadedModel:
     """The request's ``model`` loaded (``model_type``/``arch`` applied) and moved to ``device``."""
 
-    loaded = model if isinstance(model, LoadedModel) else load_model(model, model_type=request.model_type,
-                                                                     arch=request.arch)
+    if isinstance(model, LoadedModel):
+        loaded = model
+    else:  # --input-size: python: specs (object models were given it when converted)
+        size = request.input_size if model.strip().startswith("python:") else None
+        loaded = load_model(model, model_type=request.model_type, arch=request.arch, input_size=size)
     _place(loaded, device)
     return loaded
 
@@ -681,10 +688,28 @@ def model_groups(request: EvalRequest) -> Iterator[list[LoadedModel]]:
         yield group
 
 
-def _load_group(group: Sequence[Setting], request: EvalRequest, outputs: int | None, notes: bool) -> ImageDataset:
-    """The dataset ``group``'s settings share (``limit`` applied)."""
+def _dataset_outputs(model: LoadedModel, group: Sequence[Setting], request: EvalRequest) -> int | None:
+    """The model output width a dataset group is read on: for in-memory data the model's own
+    (its labels index the model's outputs, or its declared classes must match them), else
+    :func:`_imagenet_outputs`."""
+    if group[0].dataset == TORCH_DATASET:
+        return model.num_classes
+    return _imagenet_outputs(model, group)
+
+
+def _load_group(group: Sequence[Setting], request: EvalRequest, outputs: int | None, notes: bool,
+                model: LoadedModel | None = None) -> ImageDataset:
+    """The dataset ``group``'s settings share (``limit`` applied); in-memory data (torch
+    ``Dataset``s given to :func:`evaluate`) is taken from the request, read on ``model``'s outputs
+    (a :class:`LabelRangeError` when a label is beyond them)."""
     dataset_name, args = group[0].dataset_key
-    ds = _load(dataset_name, request.data_root, request.data_dirs, dict(args), request.partial, outputs)
+    if dataset_name == TORCH_DATASET:
+        ds = request.data[dict(args)["content"]].for_outputs(
+            outputs, model.name if model is not None else "?", model.label_space if model is not None else None,
+            model.class_names if model is not None else None,
+            data_name=group[0].name.partition("+")[0].partition("@classmap:")[0])
+    else:
+        ds = _load(dataset_name, request.data_root, request.data_dirs, dict(args), request.partial, outputs)
     if notes:  # how the data was read, e.g. a folder of ImageNet classes on the 1000-way logits
         for note in getattr(ds, "notes", ()):
             print(f"note: {note}", file=sys.stderr)
@@ -726,6 +751,8 @@ def run_models(request: EvalRequest, *, progress: bool | ProgressFn = True,
     the models of a memory group (:func:`model_groups`, :func:`run_dataset`). Every dataset is
     loaded, and every key registered, before the first forward pass; each model's run is recorded
     in the store. Returns the result rows and the models that failed (the others finish)."""
+    if request.model_type is not None and request.model_type not in MODEL_TYPES:
+        raise ConfigError(did_you_mean("model type", request.model_type, MODEL_TYPES))
     store = request.open_store()
     device = request.device or default_device()
     rows: list[dict[str, Any]] = []
@@ -740,30 +767,58 @@ def run_models(request: EvalRequest, *, progress: bool | ProgressFn = True,
             _release(models, request, device)
         rows += group_rows
         failed.update(group_failed)
+    if request.model_type is not None:
+        record_model_type(store, request.model_type, rows, failed, say=progress is True)
     return rows, failed
+
+
+def record_model_type(store: Store, model_type: str, rows: list[dict[str, Any]], failed: Mapping[str, Any],
+                      say: bool) -> None:
+    """``model_type`` given (``--model-type``): the type of every model that ran, recorded on each of
+    its finished results in the store (a finished key reused by this run, or one of another setting,
+    keeps its numbers: the type is metadata, not part of a key, so nothing is recomputed) and on
+    ``rows``; ``say``: a note on stderr per model whose stored type changed."""
+    for name in dict.fromkeys(str(r["model"]) for r in rows):
+        if name in failed:
+            continue
+        before = store.set_model_type(name, model_type)
+        if before and say:
+            was = ", ".join(sorted({str(t) for t in before.values()}))
+            print(f"note: model {name!r}: model type {model_type} recorded on {len(before)} finished result(s) "
+                  f"(was {was}); nothing recomputed", file=sys.stderr)
+    for r in rows:
+        if r["model"] not in failed:
+            r["model_type"] = model_type
 
 
 def _run_group(models: Sequence[LoadedModel], request: EvalRequest, store: Store, device: str,
                progress: bool | ProgressFn, run_meta: Mapping[str, Any] | None, notes: bool
                ) -> tuple[list[dict[str, Any]], dict[str, ModelError]]:
     streams: list[list[Pass]] = []  # per dataset (and label-space reading of it): every model's passes
+    failed: dict[str, ModelError] = {}
     for group in request.groups():
         by_outputs: dict[int | None, list[Pass]] = {}
         for m in models:
-            outputs = _imagenet_outputs(m, group)
-            if outputs not in by_outputs:
-                ds = _load_group(group, request, outputs, notes=notes and not by_outputs)
-            else:
-                ds = by_outputs[outputs][0].dataset
+            if m.name in failed:
+                continue
+            outputs = _dataset_outputs(m, group, request)
+            try:
+                if outputs not in by_outputs:
+                    ds = _load_group(group, request, outputs, notes=notes and not by_outputs, model=m)
+                else:
+                    ds = by_outputs[outputs][0].dataset
+            except LabelRangeError as exc:  # in-memory data whose labels this model cannot score
+                failed[m.name] = exc        # nothing registered for it; the other models run
+                continue
             by_outputs.setdefault(outputs, []).extend(_passes(m, ds, group, request, store))
         streams += by_outputs.values()
     started = time.time()
     if progress is True:
-        for note in dict.fromkeys(n for ps in streams for p in ps for n in p.notes):
+        for note in dict.fromkeys([*(n for m in models for n in m.metadata.get("notes", ())),
+                                   *(n for ps in streams for p in ps for n in p.notes)]):
             print(f"note: {note}", file=sys.stderr)
     chunks = {m.name: sum(len(p.todo_chunks()) for ps in streams for p in ps if p.model is m) for m in models}
     rows: list[dict[str, Any]] = []
-    failed: dict[str, ModelError] = {}
     lost: list[str] = []
     with _progress(progress, models[0].name) as tick:
         for passes in streams:
@@ -842,9 +897,11 @@ def failure(failed: Mapping[str, ModelError], request: EvalRequest) -> ModelErro
     line naming each failing model and saying the others finished."""
     if len(request.models) == 1 and len(failed) == 1:
         return next(iter(failed.values()))
+    where = (f"their results are in {request.store}" if request.store is not None
+             else "their results are on this error's .results")
     return ModelError(f"{len(failed)} of {len(request.models)} models failed ("
                       + " | ".join(str(e) for e in failed.values())
-                      + f"); the other models finished and their results are in {request.store}")
+                      + f"); the other models finished and {where}")
 
 
 def result_frame(rows: Sequence[Mapping[str, Any]], request: EvalRequest) -> pd.DataFrame:
@@ -864,12 +921,12 @@ def result_frame(rows: Sequence[Mapping[str, Any]], request: EvalRequest) -> pd.
 
 # ---------------------------------------------------------------------------- public API
 def evaluate(
-    model: str | LoadedModel | Sequence[str | LoadedModel],
-    settings: str | Sequence[str],
+    model: Any,
+    settings: Any,
     *,
     data_root: str | Path = ".",
     data_dirs: Mapping[str, str | Path] | None = None,
-    store: str | Path | Store = DEFAULT_STORE,
+    store: str | Path | Store | None = DEFAULT_STORE,
     batch_size: int = 64,
     workers: int = 1,
     limit: int | None = None,
@@ -884,6 +941,12 @@ def evaluate(
     seed: int = 0,
     memory_limit: int | str | None = None,
     progress: bool | ProgressFn = True,
+    name: str | None = None,
+    preprocessing: Any = None,
+    input_size: int | None = None,
+    mean: Any = None,
+    std: Any = None,
+    shifts: str | Sequence[str] | None = None,
 ) -> pd.DataFrame:
     """Evaluate ``model`` (or each of a list of models) on ``settings``; one row per (model, setting).
 
@@ -898,15 +961,36 @@ def evaluate(
     ----------
     model:
         A model spec (``torchvision:resnet50``, ``timm:resnet50.a1_in1k``,
-        ``checkpoint:<file>``, ``python:<module>:<function>``; see :mod:`shiftbench.models`)
-        or a :class:`~shiftbench.models.base.LoadedModel`, or a list of them.
+        ``checkpoint:<file>``, ``python:<module>:<function>``; see :mod:`shiftbench.models`),
+        an ``nn.Module`` or any callable from a normalised ``(B, 3, H, W)`` batch to logits
+        (:func:`~shiftbench.models.objects.as_model`: fingerprinted from its weights, so changed
+        weights are recomputed), a :class:`~shiftbench.models.base.LoadedModel`, a dict
+        ``{name: model object}``, or a list mixing them.
     settings:
-        Setting names (``shiftbench list settings``) or custom ``folder:``/``manifest:``/``hf:``.
+        Setting names (``shiftbench list settings``) or custom ``folder:``/``manifest:``/``hf:``;
+        a torch ``Dataset`` or ``DataLoader`` yielding ``(image, label)`` (PIL images, uint8 or
+        [0, 1] float tensors; read once, identified by a hash of its content, see
+        :mod:`shiftbench.datasets.torch_data`), named by a dict ``{"my-val": ds}`` or after its
+        class (``ImageFolder-val``); or a list mixing them. ``"my-val+fog.3"`` beside
+        ``{"my-val": ds}`` adds a shift to it, as ``cifar10+fog.3`` does to a named setting.
+    name, preprocessing, input_size, mean, std:
+        For a model object: its name (default: its class name) and preprocessing - a
+        :class:`~shiftbench.models.base.Preprocessing`, or ``input_size=N`` (the shorter side
+        resized to ``N``, then an ``N`` x ``N`` centre crop) and ``mean``/``std`` (applied before
+        the model; default 0 and 1, i.e. [0, 1] pixels). Without them a timm model gets timm's
+        own eval transform; any other object resize 256 / crop 224, with a note saying so.
+        ``input_size`` also sets the size of ``python:`` specs (``--input-size``).
+    shifts:
+        Shifts (``fog.3``, ``gaussian_noise.5``, ``greyscale``; ``shiftbench list shifts``) added to
+        every setting without one: ``settings=["cifar10"], shifts=["fog.3"]`` evaluates
+        ``cifar10`` and ``cifar10+fog.3``.
     data_root, data_dirs:
         Where datasets live: each dataset under its default folder in ``data_root``, or at the
         path given for its name in ``data_dirs``.
     store:
         Results store directory; finished (model, setting) keys are reused unless ``force``.
+        ``None``: evaluate without writing anything anywhere (the same result frame; nothing is
+        reused either).
     limit:
         Evaluate only the first ``limit`` examples of each dataset (a quick look; a different
         example list, so it is stored under its own key).
@@ -942,12 +1026,33 @@ def evaluate(
     """
     from shiftbench.engine.executor import LocalExecutor  # deferred: loads Pillow, loads pyarrow
 
-    request = EvalRequest.build(
-        model, settings, data_root=data_root, data_dirs=data_dirs, store=store, batch_size=batch_size,
-        workers=workers, limit=limit, keep_logits=keep_logits, force=force, device=device, convention=convention,
-        chunk_size=chunk_size, model_type=model_type, arch=arch, partial=partial, seed=seed,
-        memory_limit=memory_limit)
-    return LocalExecutor().run(request, progress=progress)
+    with _restored_modules(model):   # a user's nn.Module is given back in its mode and on its device
+        request = EvalRequest.build(
+            model, settings, data_root=data_root, data_dirs=data_dirs, store=store, batch_size=batch_size,
+            workers=workers, limit=limit, keep_logits=keep_logits, force=force, device=device, convention=convention,
+            chunk_size=chunk_size, model_type=model_type, arch=arch, partial=partial, seed=seed,
+            memory_limit=memory_limit, name=name, preprocessing=preprocessing, input_size=input_size, mean=mean,
+            std=std, shifts=shifts)
+        return LocalExecutor().run(request, progress=progress)
+
+
+@contextlib.contextmanager
+def _restored_modules(model: Any) -> Iterator[None]:
+    """The ``nn.Module`` objects among ``model`` (a model, a list or a dict of them) back in their
+    training mode and on their device afterwards (the pass puts them in eval mode on its device)."""
+    values = model.values() if isinstance(model, Mapping) else model if isinstance(model, list | tuple) else [model]
+    modules = [m for m in values if hasattr(m, "training") and hasattr(m, "parameters") and hasattr(m, "to")]
+    state = []
+    for m in modules:
+        first = next(iter(m.parameters()), None)
+        state.append((m, m.training, None if first is None else first.device))
+    try:
+        yield
+    finally:
+        for m, training, device in state:
+            m.train(training)
+            if device is not None:
+                m.to(device)
 
 
 def _imagenet_outputs(model: LoadedModel, group: Sequence[Setting]) -> int | None:

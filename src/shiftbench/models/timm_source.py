@@ -73,6 +73,7 @@ class TimmPreprocessing(Preprocessing):
     resize_height: int | None = None
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.crop_mode not in CROP_MODES:
             raise ConfigError(f"unknown timm crop_mode {self.crop_mode!r}; expected one of {', '.join(CROP_MODES)}")
         if (self.input_height is None) != (self.resize_height is None):

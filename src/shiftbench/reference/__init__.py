@@ -62,7 +62,8 @@ SETTING_ALIASES: dict[str, str] = {
 
 
 def load_testbed(name_or_path: str | Path | Testbed | Sequence[str | Path | Testbed], *,
-                 store: str | Path | None = None, on_conflict: str = "error") -> Testbed:
+                 store: str | Path | None = None, on_conflict: str = "error",
+                 fractions: bool | None = None) -> Testbed:
     """A testbed: a reference by name, a table file, a results store, or several of them merged.
 
     ``name_or_path`` is a reference name (``imagenet-reference``, ``timm-reference``), a
@@ -74,6 +75,12 @@ def load_testbed(name_or_path: str | Path | Testbed | Sequence[str | Path | Test
     ``notes``); ``store`` adds a results store's finished evaluations last. The models of the
     parts that are not shipped references are listed in ``added`` (what the report highlights).
 
+    Accuracies are percentages: a table file whose accuracies all lie in [0, 1] is refused as
+    fractions unless ``fractions`` says otherwise (``True``: its accuracies are fractions,
+    multiplied by 100; ``False``: they are percentages, even below 1%). ``fractions`` applies to
+    the table files only (references and stores hold percentages); ``True`` with no table file
+    is a ConfigError.
+
     >>> tb = load_testbed("imagenet-reference")
     >>> len(tb), tb.model_types["resnet50"]
     (338, 'STANDARD')
@@ -84,7 +91,11 @@ def load_testbed(name_or_path: str | Path | Testbed | Sequence[str | Path | Test
         parts = [name_or_path]
     if not parts and store is None:
         raise ConfigError("no testbed given; name a reference testbed, a table file or a results store")
-    loaded = [tb for part in parts for tb in _load_parts(part)]
+    read: list[Path] = []
+    loaded = [tb for part in parts for tb in _load_parts(part, fractions, read)]
+    if fractions and not read:
+        raise ConfigError("fractions=True (--fractions) converts the accuracies of table files, and none was given "
+                          f"({', '.join(map(str, parts)) or 'a store only'}); drop it")
     if store is not None:        # read as a store even before it holds results (a one-line error then)
         loaded.append(_added(Testbed.from_store(store, name=Path(store).name)))
     merged = loaded[0]
@@ -93,7 +104,10 @@ def load_testbed(name_or_path: str | Path | Testbed | Sequence[str | Path | Test
     return merged
 
 
-def _load_parts(spec: str | Path | Testbed) -> list[Testbed]:
+def _load_parts(spec: str | Path | Testbed, fractions: bool | None = None,
+                read: list[Path] | None = None) -> list[Testbed]:
+    """The testbeds ``spec`` names; the table files read are appended to ``read``."""
+    read = [] if read is None else read
     if isinstance(spec, Testbed):
         return [spec]
     text = str(spec)
@@ -107,11 +121,13 @@ def _load_parts(spec: str | Path | Testbed) -> list[Testbed]:
         raise ConfigError(f"{path}: a directory but not a results store (no finished `shiftbench eval` "
                           f"results); give a reference name, a .csv/.parquet table or a store")
     if path.exists() or (path.suffix.lower() in (".csv", ".parquet", ".pq") and "+" not in text):
-        return [_added(Testbed.read(path))]
+        read.append(path)
+        return [_added(Testbed.read(path, fractions=fractions))]
     if "+" in text:
-        return [tb for part in text.split("+") for tb in _load_parts(part)]
+        return [tb for part in text.split("+") for tb in _load_parts(part, fractions, read)]
     if path.suffix.lower() in (".csv", ".parquet", ".pq") or "/" in text:
-        return [_added(Testbed.read(path))]
+        read.append(path)
+        return [_added(Testbed.read(path, fractions=fractions))]
     raise ConfigError(did_you_mean("testbed", text, list(_REGISTRY),
                                    "give a reference name, a path to a .csv/.parquet table or a results store"))
 

@@ -33,7 +33,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from shiftbench.analysis import most_effectively_robust
-from shiftbench.analysis.placement import fitted_on_note, place_models
+from shiftbench.analysis.placement import fitted_on_note, place_models, skipped_lines, skipped_without_trend
 from shiftbench.analysis.synthetic import (
     IMAGENET_C_PATTERN,
     RECIPES,
@@ -408,6 +408,12 @@ class YourModelsSection(Section):
             if unplaced:
                 parts.append('<p class="sb-note">Not placed (no shift with both accuracies): '
                              + ", ".join(f"<code>{esc(m)}</code>" for m in unplaced) + ".</p>")
+            unfitted = [a for a in t.analyses if a.fit is None]
+            skipped = placed.attrs["skipped"] + [
+                e for a in unfitted for e in skipped_without_trend(t.testbed, mine, a.shift, a.error or "")]
+            if skipped:       # every (model, shift) not placed, with the setting it lacks
+                parts.append('<p class="sb-note">Not placed:</p><ul class="sb-note sb-skipped">'
+                             + "".join(f"<li>{esc(line)}</li>" for line in skipped_lines(skipped)) + "</ul>")
             if len(placed):
                 parts.append(small_table(placement_table(placed), {
                     "in-distribution %": ".2f", "shifted %": ".2f", "trend predicts %": ".2f"}))

@@ -25,7 +25,15 @@ from shiftbench.analysis import (
 )
 
 # the natural shifts and how each is fitted are pure data and code, shared with analysis.placement
-from shiftbench.analysis.placement import NATURAL_SHIFTS, ShiftPair, fit_shift, fitted_on_note, place_models
+from shiftbench.analysis.placement import (
+    NATURAL_SHIFTS,
+    ShiftPair,
+    fit_shift,
+    fitted_on_note,
+    place_models,
+    skipped_lines,
+    skipped_without_trend,
+)
 from shiftbench.analysis.robustness import VERDICT_RULE, trend_verdicts
 from shiftbench.analysis.trend import DEFAULT_FIT_ON
 from shiftbench.errors import ConfigError, ShiftbenchError, did_you_mean
@@ -223,6 +231,10 @@ def _your_models(testbed: Testbed, mine: Sequence[str], results: Sequence[ShiftA
     lines += [fitted_on_note(placed.attrs["fits"], testbed, mine), ""]
     if placed.attrs.get("unplaced"):
         lines += ["Not placed (no shift with both accuracies): " + ", ".join(placed.attrs["unplaced"]) + ".", ""]
+    skipped = placed.attrs["skipped"] + [e for r in results if r.fit is None
+                                         for e in skipped_without_trend(testbed, mine, r.shift, r.error or "")]
+    if skipped:
+        lines += ["Not placed:", ""] + [f"- {line}" for line in skipped_lines(skipped)] + [""]
     if len(placed):
         lines += [_fmt_table(placement_table(placed)), ""]
     return lines

@@ -15,14 +15,21 @@ Layout of a store directory (default ``./shiftbench-results``)::
                                           trajectories, resolution sweeps, compositing, similarity),
                                           long-form tables the report reads; ``<name>.json`` beside
                                           each holds its metadata
-    shiftbench.duckdb                     views over all of the above, for SQL
+
+Nothing in a store names its own location, so a store can be copied or moved: :meth:`Store.connect`
+opens an in-memory DuckDB database with views over the files of the store it is called on
+(:mod:`shiftbench.store.sql`; the schema and example queries are in docs/store.md).
 
 Every file is written to a temporary name in the same directory, fsynced and atomically
 renamed (DESIGN principle 4). A chunk's part has a deterministic name, so a resumed or a
 concurrent run that recomputes it replaces identical content: a key ends with exactly the
 rows of an uninterrupted run, never duplicates, and a crash leaves at most an ignored
-``*.tmp`` file. DuckDB is only written when the database file is first created (under a file
-lock); every later connection is read-only, so any number of runs can share a store.
+``*.tmp`` file. Reading (the Python API or SQL) writes nothing, so any number of runs and readers
+can share a store.
+
+A folder is a store once shiftbench has written one of the folders above into it; the commands
+that read a store open it with :meth:`Store.existing`, which refuses a missing folder or one that
+is not a store (:class:`NotAStoreError`) instead of showing an empty table.
 
 :meth:`Store.results` holds the current result of each (model, setting, convention): where a
 model was evaluated again under another key (new weights, a new version, a longer example
@@ -34,6 +41,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -48,7 +56,11 @@ from shiftbench.store.files import atomic_write as _atomic_write_bytes
 from shiftbench.store.files import atomic_write_with, file_lock
 
 DEFAULT_STORE = "shiftbench-results"
+#: The database file earlier versions kept in a store (views with absolute paths); no longer read
+#: or written: :meth:`Store.connect` is an in-memory database over the store's own files.
 DB_NAME = "shiftbench.duckdb"
+#: The folders shiftbench writes into a store: a folder holding none of them is not a store.
+STORE_FOLDERS = ("done", "keys", "predictions", "runs", "studies", "logits")
 RESULT_COLUMNS = ["model", "setting", "accuracy", "top5", "n_examples", "n_skipped", "convention",
                   "ece", "nll", "brier", "dataset", "key", "finished"]
 
@@ -62,6 +74,11 @@ def digest(obj: Any, n: int = 16) -> str:
 _DONE_FIX = "remove it; the next `shiftbench eval` of that model and setting recomputes the key"
 _JSON_TYPES = {dict: "object", list: "array", str: "string", int: "number", float: "number", bool: "boolean",
                type(None): "null"}
+
+
+def _quoted(path: Path) -> str:
+    """``path`` as a shell word (quoted where it has spaces or quotes)."""
+    return shlex.quote(str(path))
 
 
 def current_results(frame: pd.DataFrame) -> pd.DataFrame:
@@ -80,6 +97,11 @@ def current_results(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.loc[frame.index.isin(keep)]
 
 
+class NotAStoreError(StoreError, ConfigError):
+    """``--store`` (or ``store=``) names no results store: a missing folder, a file, or a folder
+    shiftbench did not write. A :class:`StoreError`, and a :class:`ConfigError` (a wrong option)."""
+
+
 def _atomic_write_parquet(path: Path, table: pa.Table) -> None:
     atomic_write_with(path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
 
@@ -94,14 +116,31 @@ class Store:
 
     @classmethod
     def existing(cls, root: str | Path | Store) -> Store:
-        """The store at ``root`` for reading: a :class:`ConfigError` if no directory is there
-        (``Store(root)`` would create one on first write)."""
-        if isinstance(root, Store):
+        """The store at ``root`` for reading (every command that reads ``--store`` opens it here;
+        a :class:`Store` is returned as it is).
+
+        A missing folder, a file, or a folder holding none of :data:`STORE_FOLDERS` (an empty
+        one included) is a one-line :class:`NotAStoreError` naming the path and the fix, where
+        ``Store(root)`` would create a store on first write and read an empty one."""
+        if isinstance(root, Store):  # opened by the caller: trusted
             return root
         path = Path(root)
+        if path.exists() and not path.is_dir():
+            raise NotAStoreError(f"{path}: no results store there (a file, not a folder); point --store at a "
+                                 "folder made by shiftbench eval")
         if not path.is_dir():
-            raise ConfigError(f"{path}: no results store there; pass the --store directory that `shiftbench eval` wrote")
-        return cls(path)
+            raise NotAStoreError(f"{path}: no results store there (no such folder); run `shiftbench eval --store "
+                                 f"{_quoted(path)}` first, or point --store at a folder made by shiftbench eval")
+        store = cls(path)
+        if not store.looks_like_store():
+            raise NotAStoreError(f"{path}: not a results store (none of {', '.join(f + '/' for f in STORE_FOLDERS)} "
+                                 f"in it); point --store at a folder made by shiftbench eval, or run "
+                                 f"`shiftbench eval --store {_quoted(path)}` first")
+        return store
+
+    def looks_like_store(self) -> bool:
+        """The root is a folder holding one of the folders shiftbench writes (:data:`STORE_FOLDERS`)."""
+        return self.root.is_dir() and any((self.root / name).is_dir() for name in STORE_FOLDERS)
 
     # ------------------------------------------------------------------ paths
     def _key_dir(self, key: str) -> Path:
@@ -364,28 +403,39 @@ class Store:
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
     # ------------------------------------------------------------------ DuckDB
-    def _lock(self):  # -> filelock.FileLock
-        return file_lock(self.root / ".lock")
-
     def connect(self):  # -> duckdb.DuckDBPyConnection
-        """A read-only DuckDB connection with views ``predictions``, ``results`` and ``runs``.
+        """An in-memory DuckDB connection over this store's files: the views ``predictions``,
+        ``logits`` and ``results``, the tables ``results_history``, ``keys`` and ``runs``
+        (:mod:`shiftbench.store.sql`; columns and example queries: docs/store.md).
 
-        The database file only holds view definitions over the Parquet parts and JSON files,
-        so it is created once and never written by an evaluation.
-        """
-        import duckdb  # deferred: loads duckdb
+        Paths are taken from this store's folder when called, so a copied or moved store reads
+        its own files; nothing is written to the store (a ``.duckdb`` file in it, from an earlier
+        version or the duckdb CLI, is not read); an empty store gives empty tables with the same
+        columns. A folder that does not exist is a :class:`NotAStoreError`."""
+        from shiftbench.store import sql  # deferred: loads duckdb on connect
 
-        db = self.root / DB_NAME
-        if not db.exists():
-            with self._lock():
-                if not db.exists():
-                    tmp = db.with_name(f".{DB_NAME}.{os.getpid()}.tmp")
-                    con = duckdb.connect(str(tmp))
-                    root = self.root.resolve().as_posix()
-                    con.execute(f"CREATE VIEW predictions AS SELECT * FROM read_parquet('{root}/predictions/*/*.parquet', "
-                                "hive_partitioning = true, union_by_name = true)")
-                    con.execute(f"CREATE VIEW results AS SELECT * FROM read_json_auto('{root}/done/*.json', union_by_name = true)")
-                    con.execute(f"CREATE VIEW runs AS SELECT * FROM read_json_auto('{root}/runs/*.json', union_by_name = true)")
-                    con.close()
-                    os.replace(tmp, db)
-        return duckdb.connect(str(db), read_only=True)
+        if not self.root.is_dir():
+            raise NotAStoreError(f"{self.root}: no results store there (no such folder); run `shiftbench eval "
+                                 f"--store {_quoted(self.root)}` first, or point it at a folder made by shiftbench eval")
+        return sql.connect(self)
+
+    # ------------------------------------------------------------------ model metadata
+    def set_model_type(self, model: str, model_type: str) -> dict[str, Any]:
+        """Record ``model_type`` on every finished result of ``model`` (its ``done/<key>.json``),
+        without recomputing anything: the type is metadata of the model, not part of a key.
+        Returns ``{key: previous type}`` of the keys whose type changed (each rewritten atomically
+        under its key lock; the ``finished`` time is kept, so which result is current does not
+        change)."""
+        changed: dict[str, Any] = {}
+        for key in self.results(history=True).query("model == @model")["key"].astype(str):
+            with self.key_lock(key):
+                try:
+                    row = self.read_done(key)
+                except FileNotFoundError:  # forgotten (--force) meanwhile
+                    continue
+                if row.get("model_type") == model_type:
+                    continue
+                changed[key] = row.get("model_type")
+                row = {**row, "model_type": model_type}
+                _atomic_write_bytes(self.root / "done" / f"{key}.json", json.dumps(row, default=str).encode())
+        return changed

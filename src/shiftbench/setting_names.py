@@ -1,0 +1,61 @@
+"""Canonical names of settings over user folders: one folder, one setting, whatever the spelling.
+
+A ``folder:<path>`` setting is named by the folder it reads, so its name (and the key of its
+results) must not depend on how the path was typed. :func:`canonical_setting_name` makes the path
+absolute, with ``.``/``..``, a trailing ``/``, ``~`` and symlinks resolved; ``?options``, a
+``+shift`` and an ``@classmap:`` suffix are kept. ``shiftbench eval`` (``EvalRequest.build``)
+names every setting this way, and the commands that look a setting up in a store canonicalise
+the name they are given (relative to the working directory) the same way.
+
+Standard library only: the CLI's option declarations (:mod:`shiftbench.cli_options`) use it.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+#: Custom settings whose path :func:`canonical_setting_name` makes absolute.
+CANONICAL_PREFIXES = ("folder",)
+
+
+def split_query(path: str) -> tuple[str, list[tuple[str, str]]]:
+    """``DIR?classes=imagenet-1k&x=y`` -> ``("DIR", [("classes", "imagenet-1k"), ("x", "y")])``;
+    a ``?`` not followed by ``key=value`` pairs is part of the path (no options)."""
+    head, sep, query = path.rpartition("?")
+    pairs = [p.partition("=") for p in query.split("&")] if sep else []
+    if not head or not pairs or not all(k and eq for k, eq, _ in pairs):
+        return path, []
+    return head, [(k, v) for k, _, v in pairs]
+
+
+def resolve_user_path(path: str | Path, data_root: str | Path = ".") -> Path:
+    """A user-given path: as is if absolute or existing relative to the working directory,
+    else relative to ``data_root`` if it exists there (how a ``folder:`` dataset is found)."""
+    p = Path(path).expanduser()
+    if p.is_absolute() or p.exists():
+        return p
+    under = Path(data_root).expanduser() / p
+    return under if under.exists() else p
+
+
+def canonical_setting_name(name: str, data_root: str | Path = ".") -> str:
+    """``name`` with the path of a ``folder:`` setting made canonical: the folder the dataset
+    will be read from (:func:`resolve_user_path`), absolute, symlinks resolved; other names
+    unchanged. Nothing is read but the file system's names.
+
+    >>> canonical_setting_name("val")
+    'val'
+    >>> canonical_setting_name("folder:/no/such/./photos/?classes=imagenet-1k+fog.3")
+    'folder:/no/such/photos?classes=imagenet-1k+fog.3'
+    """
+    if "@classmap:" in name and "+" not in name.rpartition("@classmap:")[2]:
+        base, _, ref = name.rpartition("@classmap:")
+        return f"{canonical_setting_name(base, data_root)}@classmap:{ref}"
+    if "+" in name:
+        base, _, shift_text = name.rpartition("+")
+        return f"{canonical_setting_name(base, data_root)}+{shift_text}"
+    prefix, _, rest = name.partition(":")
+    if prefix not in CANONICAL_PREFIXES or not rest:
+        return name
+    path, options = split_query(rest)
+    absolute = resolve_user_path(path, data_root).resolve()
+    return f"{prefix}:{absolute.as_posix()}" + ("?" + "&".join(f"{k}={v}" for k, v in options) if options else "")
