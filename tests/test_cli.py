@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 import shiftbench
 from shiftbench import cli
 from shiftbench.errors import ConfigError, DataError, ShiftbenchError
+from clirun import run_main  # noqa: E402 - tests/ helper
 
 REF = "imagenet-reference"
 X, Y = "val", "imagenetv2-matched-frequency-format-val"
@@ -54,16 +55,6 @@ def run_script(*args: str, cwd: Path | None = None) -> subprocess.CompletedProce
     return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, env=ENV, cwd=cwd, timeout=120)
 
 
-def run_main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """Call ``cli.main()`` with ``sys.argv`` patched: the one-line error path, in-process."""
-    monkeypatch.setattr(sys, "argv", ["shiftbench", *args])
-    code = 0
-    try:
-        cli.main()
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def assert_one_line_error(code: int, out: str, err: str, *needles: str) -> str:

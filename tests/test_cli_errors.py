@@ -20,6 +20,7 @@ import pytest
 from PIL import Image
 
 from shiftbench import cli
+from clirun import run_main  # noqa: E402 - tests/ helper
 
 REF = "imagenet-reference"
 X, Y = "val", "imagenetv2-matched-frequency-format-val"
@@ -30,16 +31,6 @@ ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "MPLBACK
 
 
 # --------------------------------------------------------------------------- helpers
-def run_main(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """``cli.main()`` with ``sys.argv`` patched: exit status, stdout, stderr."""
-    monkeypatch.setattr(sys, "argv", ["shiftbench", *args])
-    code = 0
-    try:
-        cli.main()
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def one_line(code: int, err: str, *needles: str, status: int = 1) -> str:

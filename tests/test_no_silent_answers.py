@@ -25,23 +25,13 @@ from shiftbench import cli  # noqa: E402
 from shiftbench.analysis.placement import NATURAL_SHIFTS, place_models, skipped_lines  # noqa: E402
 from shiftbench.errors import DataError  # noqa: E402
 from shiftbench import testbed as tbmod  # noqa: E402
+from clirun import run_main  # noqa: E402 - tests/ helper
 
 REF = "imagenet-reference"
 ON_X, ON_Y = "val-on-objectnet-classes", "objectnet-1.0-beta"
 ON_WHAT = "ImageNet validation on the 125 ImageNet classes that map to ObjectNet's 113"   # settings' description
 
 
-def run_main(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
-    """``shiftbench ARGS`` through ``cli.main()`` (as the console script): status, stdout, stderr."""
-    monkeypatch.setattr(sys, "argv", ["shiftbench", *args])
-    cli._state["debug"] = False
-    code = 0
-    try:
-        cli.main()
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 @pytest.fixture

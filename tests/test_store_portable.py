@@ -22,6 +22,7 @@ from shiftbench.store import NotAStoreError, Store
 FIXTURES = Path(__file__).parent / "fixtures"
 sys.path.insert(0, str(FIXTURES))
 from oracle_models import Oracle, colour_of  # noqa: E402
+from clirun import run_main  # noqa: E402 - tests/ helper
 
 ORACLE7 = "python:oracle_models:oracle7"
 
@@ -193,15 +194,6 @@ def test_commands_look_a_folder_setting_up_by_any_spelling(tmp_path, monkeypatch
 
 
 # ---------------------------------------------------------------------------- --store on a non-store
-def run_main(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["shiftbench", *args])
-    code = 0
-    try:
-        cli.main()
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 @pytest.mark.parametrize("what", ["missing", "empty", "other files"])

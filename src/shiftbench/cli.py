@@ -17,12 +17,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from shiftbench.analysis import effective_robustness, mce, most_effectively_robust
-from shiftbench.analysis.corruption import RECIPE as MCE_RECIPE
-from shiftbench.analysis.placement import fitted_on_note, place_models, skipped_lines
-from shiftbench.analysis.scaling import check_scale
 from shiftbench.cli_options import (  # noqa: F401  (re-exported: the commands' modules import them from here too)
     DEFAULT_STORE,
     FigureFormatsOpt,
@@ -56,13 +51,11 @@ from shiftbench.cli_support import output_folder as _output_folder
 from shiftbench.cli_support import pivot as _pivot
 from shiftbench.cli_support import progress as _progress
 from shiftbench.cli_support import testbed_from_options as _testbed
-from shiftbench.errors import ConfigError, ShiftbenchError  # noqa: F401  (ShiftbenchError: re-exported)
-from shiftbench.models import list_sources
-from shiftbench.models.device import check_device
-from shiftbench.reference import list_testbeds, load_testbed
+from shiftbench.errors import ConfigError, ShiftbenchError, require  # noqa: F401  (ShiftbenchError: re-exported)
 from shiftbench.shifts import list_shifts
-from shiftbench.testbed import Testbed
 
+# numpy, pandas, scipy, rich.progress and the analysis, testbed and model modules are imported
+# inside the commands that use them, so `shiftbench --help` starts fast (tests/test_startup.py).
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Measure how image classifiers hold up under distribution shift.")
 list_app = typer.Typer(no_args_is_help=True, help="List testbeds, settings or models.")
@@ -96,6 +89,7 @@ def _matching(names, pattern: str | None, what: str) -> list[str]:
 @list_app.command("testbeds")
 def list_testbeds_cmd(pattern: PatternArg = None) -> None:
     """The testbeds that ship with shiftbench (PATTERN: only those matching it; none matching: exit 1)."""
+    from shiftbench.reference import list_testbeds  # deferred: loads pandas
 
     testbeds = list_testbeds()
     for name in _matching(testbeds, pattern, "testbed"):
@@ -158,6 +152,7 @@ def list_models(pattern: PatternArg = None, testbed: ListTestbedOpt = None,
     `shiftbench list models -t imagenet-reference '*resnet*'`; when nothing matches, a one-line
     message goes to stderr and the exit status is 1."""
     if not testbed:
+        from shiftbench.models import list_sources  # deferred: loads numpy
 
         sources = list_sources()
         for name in _matching(sources, pattern, "model source"):
@@ -192,6 +187,7 @@ def _testbed_y(testbed: list[str] | None, store: Path | None, y: str, y_metric: 
         raise ConfigError(f"--y-metric {y_metric} reads the results store: pass --store DIR without --testbed"
                           + (" (and without --fractions: a store holds percentages)" if fractions else ""))
     from shiftbench.store import Store  # deferred: loads pyarrow
+    from shiftbench.testbed import Testbed  # deferred: loads pandas
 
     Store.existing(store)                    # a missing folder, or one that is not a store: one line
     tb = Testbed.from_store(store, metric={y: y_metric})
@@ -242,6 +238,10 @@ def er_cmd(x: Annotated[list[str], typer.Option(
            as_json: JsonOpt = False, y_metric: YMetricOpt = "accuracy", fractions: FractionsOpt = None) -> None:
     """Effective robustness (percentage points) of every model: y minus the trend's prediction (with several
     --x, minus the plane's)."""
+    from shiftbench.analysis.robustness import (  # deferred: loads pandas, scipy
+        effective_robustness,
+        most_effectively_robust,
+    )
 
     tb = _testbed_y(testbed, store, y, y_metric, fractions)
     xs = x[0] if len(x) == 1 else x
@@ -277,6 +277,12 @@ def place_cmd(testbed: TestbedOpt = None, store: StoreAddOpt = None,
 
     --model: the models to place (default: the models of the tables and stores added to a
     reference testbed)."""
+    from shiftbench.analysis.placement import (  # deferred: loads pandas, scipy
+        fitted_on_note,
+        place_models,
+        skipped_lines,
+    )
+    from shiftbench.analysis.scaling import check_scale  # deferred: loads numpy, scipy
 
     check_scale(scale)                        # as fit and report do: a per-shift error would be skipped
     _check_count(n_resamples, "--resamples", minimum=0, what="(0: no bootstrap band; default 1000)")
@@ -343,6 +349,9 @@ def mce_cmd(model: ModelOpt,
                 "on-disk benchmark setting, as the published mCE numbers are, else in-memory).")] = None,
             as_json: JsonOpt = False, fractions: FractionsOpt = None) -> None:
     """mCE and relative mCE (normalised by AlexNet) with the per-corruption table of --model (a testbed's model)."""
+    from shiftbench.analysis.corruption import RECIPE as MCE_RECIPE  # deferred: loads pandas
+    from shiftbench.analysis.corruption import mce  # deferred: loads pandas
+
     res = mce(_testbed(testbed, store, fractions), model, mode=mode)
     table, used = res["table"], res["mode"]
     if as_json:
@@ -415,6 +424,7 @@ def eval_cmd(
     Several --model: each dataset is read once for all of them (each image decoded once, each
     shift applied once per pixel pipeline, every model fed the same batches)."""
     from shiftbench.engine import EvalRequest, LocalExecutor  # deferred: loads Pillow, loads pyarrow
+    from shiftbench.models.device import check_device  # deferred: shiftbench.models loads numpy
 
     if executor not in ("local", "ray"):
         raise typer.BadParameter(f"{executor!r}: use local or ray", param_hint="--executor")
@@ -558,6 +568,8 @@ def report_cmd(
     on every figure and placed in a "Your models" table. --store also adds the store's calibration,
     model similarity and stored studies (trajectories, resolution sweeps, compositing, replication,
     attribute shifts)."""
+    from shiftbench.analysis.scaling import check_scale  # deferred: loads numpy, scipy
+    from shiftbench.reference import load_testbed  # deferred: loads pandas
 
     if store is not None:                           # before any work or progress bar
         from shiftbench.store import Store  # deferred: loads pyarrow
@@ -696,6 +708,9 @@ def demo_cmd(output: Annotated[Path, typer.Option("--output", "-o", help="Report
                                                                 "or all.")] = None,
              figure_formats: FigureFormatsOpt = "png,pdf") -> None:
     """Analyse every natural shift of both reference testbeds; write summary.md and index.html."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn  # deferred: only the demo draws it
+
+    from shiftbench.reference import load_testbed  # deferred: loads pandas
     from shiftbench.report import (  # deferred: loads Pillow, loads matplotlib, loads plotly, loads pyarrow
         NATURAL_SHIFTS,
         write_report,
@@ -705,6 +720,8 @@ def demo_cmd(output: Annotated[Path, typer.Option("--output", "-o", help="Report
     _check_count(n_resamples, "--resamples", minimum=0, what="(0: no bootstrap band; default 1000)")
     _check_count(n_test, "--n-test", what="of test digits per setting")
     _output_folder(output)                        # an unwritable -o fails here, in one line, not mid-report
+    if digits:                                    # trains and evaluates models: without [demo], one line now
+        require("shiftbench demo", "torch", "torchvision", "safetensors", "skops", "skimage", extra="demo")
     start = time.perf_counter()
     names = list(REFERENCE_TESTBEDS)
     with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),

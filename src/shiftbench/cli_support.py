@@ -9,15 +9,17 @@ import math
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table as _RichTable
 
-from shiftbench.analysis import fit_piecewise_trend, fit_trend
-from shiftbench.errors import ConfigError, ShiftbenchError
-from shiftbench.reference import load_testbed
-from shiftbench.testbed import Testbed
+from shiftbench.errors import ConfigError, ShiftbenchError, as_missing_extra
+
+if TYPE_CHECKING:   # the analysis, the testbeds and rich.progress are imported where used: a fast `--help`
+    from rich.progress import Progress
+
+    from shiftbench.testbed import Testbed
 
 # rich only for tables and progress; names and paths go through typer.echo verbatim
 # piped output is not cut to 80 columns: tables keep whole model and setting names
@@ -45,6 +47,8 @@ def testbed_from_options(testbeds: list[str] | None, store: Path | None = None,
         from shiftbench.store import Store  # deferred: loads pyarrow
 
         Store.existing(store)   # a missing folder, or one that is not a store: one line
+    from shiftbench.reference import load_testbed  # deferred: loads pandas
+
     tb = load_testbed(list(testbeds or []), store=store, fractions=fractions)
     for note in tb.notes:
         err.print(f"note: {note}")
@@ -80,6 +84,8 @@ def pivot(value: str | None) -> str | float | None:
 
 def fit(testbed, x, y, scale, fit_on, pivot):
     """The trend ``--x``/``--y`` ask for: piecewise around ``pivot`` when given, else linear."""
+    from shiftbench.analysis.trend import fit_piecewise_trend, fit_trend  # deferred: loads pandas, scipy
+
     if pivot is not None:
         return fit_piecewise_trend(x, y, pivot, scale, testbed=testbed, fit_on=fit_on)
     return fit_trend(x, y, scale, testbed=testbed, fit_on=fit_on)
@@ -96,6 +102,8 @@ def clean(value):
 
 def progress() -> Progress:
     """A progress bar on stderr (rich), as every long command shows."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn  # deferred: not for `--help`
+
     return Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                     TimeElapsedColumn(), console=err, transient=False)
 
@@ -223,8 +231,14 @@ def one_line(text: object) -> str:
 
 def error_message(exc: BaseException, argv: list[str] | tuple[str, ...] = ()) -> str:
     """The one line the CLI prints for ``exc`` (without the ``error: `` prefix): a
-    ShiftbenchError's own message, an OSError's path and fix (:func:`os_error_message`), and for
-    anything unexpected its type and message with a pointer to ``--debug``."""
+    ShiftbenchError's own message, an OSError's path and fix (:func:`os_error_message`), a missing
+    optional package as the extra that brings it (``shiftbench eval needs PyTorch: pip install
+    'shiftbench[eval]'``), and for anything unexpected its type and message with a pointer to
+    ``--debug``."""
+    command = next((a for a in argv if not a.startswith("-")), "")
+    missing = as_missing_extra(exc, f"shiftbench {command}".strip())
+    if missing is not None:
+        return one_line(missing)
     cause = getattr(exc, "cause", None)                 # a Ray task's error: the worker's exception
     if isinstance(exc, ShiftbenchError) and isinstance(cause, ShiftbenchError):
         exc = cause

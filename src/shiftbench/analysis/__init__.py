@@ -4,46 +4,38 @@ Scalings, trend fits with bootstrap bands, Clopper-Pearson intervals, effective 
 robustness, piecewise trends, correlations and synthetic-vs-natural robustness (Taori et al.
 2020; Miller et al. 2021), and where given models sit among a testbed's (placement).
 """
-from shiftbench.analysis.agreement import (
-                                          LabelFreeEstimates,
-                                          aline_d,
-                                          aline_s,
-                                          atc_estimate,
-                                          atc_threshold,
-                                          average_confidence,
-                                          difference_of_confidences,
-                                          estimate_ood_accuracy,
-                                          estimation_errors,
-                                          fit_probit_line,
-                                          pairwise_agreement,
-                                          setting_errors,
-)
-from shiftbench.analysis.correlation import Correlation, robustness_correlation
-from shiftbench.analysis.corruption import corruption_accuracy, mce
-from shiftbench.analysis.intervals import accuracy_interval, clopper_pearson
-from shiftbench.analysis.placement import NATURAL_SHIFTS, ShiftPair, fit_shift, place_models
-from shiftbench.analysis.robustness import effective_robustness, most_effectively_robust, relative_robustness
-from shiftbench.analysis.scaling import SCALES, inverse, transform
-from shiftbench.analysis.synthetic import (
-                                          RECIPES,
-                                          SyntheticVsNatural,
-                                          complete_severities,
-                                          corruption_correlations,
-                                          corruption_settings,
-                                          synthetic_effective_robustness,
-                                          synthetic_vs_natural,
-)
-from shiftbench.analysis.trend import (
-                                          Band,
-                                          MultiTrendFit,
-                                          PiecewiseTrendFit,
-                                          TrendFit,
-                                          bootstrap_band,
-                                          bootstrap_coefficients,
-                                          bootstrap_interval,
-                                          fit_piecewise_trend,
-                                          fit_trend,
-)
+import importlib
+
+#: Where each public name lives, imported on first use: ``import shiftbench.analysis.trend`` (or
+#: ``from shiftbench.analysis import fit_trend``) loads only what that module needs, not scipy.stats
+#: for every analysis (tests/test_startup.py).
+_LAZY = {name: f"shiftbench.analysis.{module}" for module, names in {
+    "agreement": ("LabelFreeEstimates", "aline_d", "aline_s", "atc_estimate", "atc_threshold", "average_confidence",
+                  "difference_of_confidences", "estimate_ood_accuracy", "estimation_errors", "fit_probit_line",
+                  "pairwise_agreement", "setting_errors"),
+    "correlation": ("Correlation", "robustness_correlation"),
+    "corruption": ("corruption_accuracy", "mce"),
+    "intervals": ("accuracy_interval", "clopper_pearson"),
+    "placement": ("NATURAL_SHIFTS", "ShiftPair", "fit_shift", "place_models"),
+    "robustness": ("effective_robustness", "most_effectively_robust", "relative_robustness"),
+    "scaling": ("SCALES", "inverse", "transform"),
+    "synthetic": ("RECIPES", "SyntheticVsNatural", "complete_severities", "corruption_correlations",
+                  "corruption_settings", "synthetic_effective_robustness", "synthetic_vs_natural"),
+    "trend": ("Band", "MultiTrendFit", "PiecewiseTrendFit", "TrendFit", "bootstrap_band", "bootstrap_coefficients",
+              "bootstrap_interval", "fit_piecewise_trend", "fit_trend"),
+}.items() for name in names}
+
+
+def __getattr__(name: str):
+    """Names in ``_LAZY`` are imported from their module when first used."""
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'shiftbench.analysis' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __all__ = [
     "SCALES", "transform", "inverse", "clopper_pearson", "accuracy_interval",

@@ -54,28 +54,15 @@ import pandas as pd
 from numpy.typing import ArrayLike
 from scipy import special
 
+from shiftbench.analysis.recipes import DEFAULT_METHOD, DEFAULT_RESAMPLES, METHODS  # noqa: F401  (re-exported)
 from shiftbench.analysis.robustness import check_top
 from shiftbench.analysis.scaling import check_scale, transform
 from shiftbench.errors import ConfigError, DataError, did_you_mean
 from shiftbench.testbed import UNKNOWN_TYPE, Testbed
 
-#: name -> (one-line description, paper): the recipes :func:`informativeness_ranking` implements.
-METHODS: dict[str, tuple[str, str]] = {
-    "djolonga2021": (
-        ("a multinomial logistic regression predicts each model's group (all groups at once) from ID accuracy, "
-         "then from ID accuracy and the metric; informativeness is the gain in cross-validated accuracy, "
-         "mean ± s.d. over bootstrap resamples of the models"),
-        ("Djolonga et al. 2021, On Robustness and Transferability of Convolutional Neural Networks (CVPR), §3, "
-         "Fig. 4")),
-    "one-vs-standard": (
-        ("per group, a binary logistic regression (balanced class weights) tells the group's models from the "
-         "baseline (STANDARD) ones from ID accuracy, then from ID accuracy and the metric; informativeness is the "
-         "gain in cross-validated balanced accuracy, mean ± s.d. over stratified bootstrap resamples"),
-        "shiftbench's one-group-against-standard variant of Djolonga et al. 2021 (CVPR), §3"),
-}
-DEFAULT_METHOD = "djolonga2021"
+# METHODS (name -> (description, paper): the recipes informativeness_ranking implements), DEFAULT_METHOD
+# and DEFAULT_RESAMPLES live in shiftbench.analysis.recipes: the CLI's --help shows them without numpy
 ALL_GROUPS = "all"
-DEFAULT_RESAMPLES = 1000
 DEFAULT_FOLDS = 5
 DEFAULT_REPEATS = 10
 DEFAULT_MIN_MODELS = 10            # per group (kept name: informativeness_groups' minimum)

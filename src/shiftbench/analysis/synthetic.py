@@ -30,6 +30,7 @@ import pandas as pd
 from scipy import stats
 
 from shiftbench.analysis.correlation import robustness_correlation
+from shiftbench.analysis.recipes import NATURAL_DEFAULT  # there: the CLI's --help reads it without numpy
 from shiftbench.analysis.robustness import effective_robustness
 from shiftbench.analysis.scaling import inverse, transform
 from shiftbench.analysis.trend import DEFAULT_FIT_ON, fit_trend
@@ -168,7 +169,6 @@ TAORI_FIT_EXCLUDE = ("_aws", "batch64", "subsample")
 TAORI_CORRELATION_EXCLUDE = ("subsample",)
 #: The trend of the taori2020 recipe is fitted on standard models with at least this ``val`` accuracy.
 TAORI_MIN_X = 55.0
-NATURAL_DEFAULT = "imagenetv2-matched-frequency-format-val"
 PAPER_TAORI = ("Taori et al. 2020, Measuring Robustness to Natural Distribution Shifts in Image "
                "Classification (NeurIPS), §4.2")
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import overload
 
 import numpy as np
 import pandas as pd
@@ -480,6 +481,13 @@ def _fit_multi(x: object, y: object, scale: str, testbed: Testbed | None,
 
 
 # ---------------------------------------------------------------------------- public fits
+@overload
+def fit_trend(x: str, y: str | ArrayLike, scale: str = "logit", *, testbed: Testbed | None = None,
+              fit_on: str | Iterable[str] | None = DEFAULT_FIT_ON, fractions: bool | None = None) -> TrendFit: ...
+@overload
+def fit_trend(x: Sequence[str] | ArrayLike, y: str | ArrayLike, scale: str = "logit", *,
+              testbed: Testbed | None = None, fit_on: str | Iterable[str] | None = DEFAULT_FIT_ON,
+              fractions: bool | None = None) -> TrendFit | MultiTrendFit: ...
 def fit_trend(
     x: str | Sequence[str] | ArrayLike,
     y: str | ArrayLike,

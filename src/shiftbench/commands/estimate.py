@@ -12,7 +12,6 @@ from typing import Annotated
 
 import typer
 
-from shiftbench.analysis.agreement import estimate_ood_accuracy
 from shiftbench.cli_options import DEFAULT_STORE, JsonOpt, ModelsOpt, StoreOpt, canonical_settings
 from shiftbench.cli_support import Table, out
 
@@ -41,6 +40,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Estimate every model's accuracy on --ood from its stored predictions, without the --ood
         labels; where they exist, also the true accuracy, the error and each method's mean absolute error."""
+        from shiftbench.analysis.agreement import estimate_ood_accuracy  # deferred: loads pandas, scipy.stats
         from shiftbench.correctness import label_free_inputs  # deferred: loads pyarrow
 
         names = [v.strip() for item in (model or []) for v in item.split(",") if v.strip()] or None

@@ -14,7 +14,6 @@ from typing import Annotated, Optional
 
 import typer
 
-from shiftbench.analysis.hypotheses import hypotheses_table
 from shiftbench.cli_options import JsonOpt, SeedOpt, StoreAddOpt, TestbedOpt
 from shiftbench.cli_support import Table, out
 from shiftbench.cli_support import testbed_from_options as _testbed
@@ -53,6 +52,8 @@ def register(app: typer.Typer) -> None:
         """Does an intervention (more data, larger models, self-attention, data augmentation, adversarial
         training, ...) give effective robustness? Mean ER per group and shift with a bootstrap interval
         over the group's models, and a verdict."""
+        from shiftbench.analysis.hypotheses import hypotheses_table  # deferred: loads pandas, scipy
+
         tb = _testbed(testbed, store)
         res = hypotheses_table(tb, groups, x=x, shifts=shift or None, n_boot=n_boot, seed=seed,
                                min_models=min_models)

@@ -8,10 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from shiftbench.analysis.diagnostics import trend_diagnostics
-from shiftbench.analysis.informativeness import (
-    DEFAULT_METHOD, DEFAULT_RESAMPLES, METHODS, informativeness_ranking, top_informative)
-from shiftbench.analysis.scaling import SCALES
+from shiftbench.analysis.recipes import DEFAULT_METHOD, DEFAULT_RESAMPLES, METHODS
 from shiftbench.cli_options import JsonOpt, SeedOpt, StoreAddOpt, TestbedOpt
 from shiftbench.cli_support import Table, out
 from shiftbench.cli_support import clean as _clean
@@ -64,6 +61,10 @@ def informativeness_cmd(
 ) -> None:
     """Rank settings by how much their accuracy adds to ID accuracy for predicting a model's group
     (gain in cross-validated accuracy of a logistic regression; Djolonga et al. 2021, §3)."""
+    from shiftbench.analysis.informativeness import (  # deferred: loads pandas, scipy, scikit-learn
+        informativeness_ranking,
+        top_informative,
+    )
 
     if top < 1:
         raise typer.BadParameter(f"{top}: show at least 1 setting per group", param_hint="--top")
@@ -133,6 +134,8 @@ def diagnostics_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """r² (and slope, models) of each shift's trend under each scaling; weak trends flagged."""
+    from shiftbench.analysis.diagnostics import trend_diagnostics  # deferred: loads pandas, scipy
+    from shiftbench.analysis.scaling import SCALES  # deferred: loads numpy, scipy
     from shiftbench.report.shifts import NATURAL_SHIFTS  # deferred: loads Pillow, loads matplotlib, loads plotly, loads pyarrow
 
     tb = _testbed(testbed, store)

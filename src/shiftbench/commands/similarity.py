@@ -16,8 +16,6 @@ import typer
 from shiftbench.cli_options import DEFAULT_STORE, JsonOpt, ModelsOpt, OneTestbedOpt, StoreOpt
 from shiftbench.cli_support import Table, check_count, out
 from shiftbench.errors import ConfigError
-from shiftbench.reference import load_testbed
-from shiftbench.store.files import name_slug
 
 TOP = 10
 
@@ -31,6 +29,8 @@ def _names(values: list[str] | None) -> list[str] | None:
 def study_name(setting: str) -> str:
     """The store study name of a setting's similarity, :func:`~shiftbench.store.files.name_slug`
     (``folder:/data/x`` -> ``folder-data-x-<hash>``): two settings never share one."""
+    from shiftbench.store.files import name_slug  # deferred: shiftbench.store loads pandas, pyarrow
+
     return name_slug(setting)
 
 
@@ -79,6 +79,7 @@ def register(app: typer.Typer) -> None:
         matrix = correctness_matrix(store, setting, _names(model))
         sim = model_similarity(matrix)
         if testbed:
+            from shiftbench.reference import load_testbed  # deferred: loads pandas
 
             chosen = load_testbed(testbed)
         else:

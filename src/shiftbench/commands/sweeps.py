@@ -24,7 +24,6 @@ from shiftbench.cli_options import (
     StoreOpt,
 )
 from shiftbench.cli_support import Table, out
-from shiftbench.models.device import check_device
 
 
 def _resolutions(text: str | None) -> tuple[int, ...] | None:
@@ -69,6 +68,7 @@ def register(app: typer.Typer) -> None:
         partial: PartialOpt = False,
     ) -> None:
         """Accuracy of one model at each test resolution (FixRes); stored as a study for the report."""
+        from shiftbench.models.device import check_device  # deferred: shiftbench.models loads numpy
         from shiftbench.studies.resolution import RESOLUTIONS, resolution_sweep  # deferred: loads Pillow, loads pyarrow
 
         frame = resolution_sweep(model, setting, _resolutions(resolutions) or RESOLUTIONS, data_root=data_root,
@@ -96,6 +96,7 @@ def register(app: typer.Typer) -> None:
         device: DeviceOpt = None,
     ) -> None:
         """SI-SCORE-style compositing: accuracy per object size, rotation and location; stored as a study."""
+        from shiftbench.models.device import check_device  # deferred: shiftbench.models loads numpy
         from shiftbench.studies.compositing import (  # deferred: loads Pillow, loads pyarrow
             compositing_study,
             heatmap_from_study,

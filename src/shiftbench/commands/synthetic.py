@@ -10,22 +10,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from shiftbench.analysis.synthetic import (
-    NATURAL_DEFAULT,
-    RECIPES,
-    SyntheticVsNatural,
-    recipe_line,
-    synthetic_vs_natural,
-)
+from shiftbench.analysis.recipes import NATURAL_DEFAULT
 from shiftbench.cli_options import JsonOpt, StoreAddOpt, TestbedOpt
 from shiftbench.cli_support import Table, out
 from shiftbench.cli_support import testbed_from_options as _testbed
 from shiftbench.errors import ConfigError
-from shiftbench.reference import load_testbed
+
+if TYPE_CHECKING:   # the analysis itself is imported where it runs: a fast `shiftbench --help`
+    from shiftbench.analysis.synthetic import SyntheticVsNatural
 
 #: The cleaned reference testbed and the one it was cleaned from.
 CLEANED, RAW = "imagenet-reference", "imagenet-reference-raw"
@@ -44,6 +40,9 @@ def cleaning_effect(res: SyntheticVsNatural, scale: str = "logit") -> dict[str, 
     ``None`` unless ``res`` is the taori2020 recipe on the cleaned reference testbed."""
     if res.recipe != "taori2020" or res.testbed != CLEANED:
         return None
+    from shiftbench.analysis.synthetic import synthetic_vs_natural  # deferred: loads pandas, scipy.stats
+    from shiftbench.reference import load_testbed  # deferred: loads pandas
+
     raw = synthetic_vs_natural(load_testbed(RAW), res.recipe, res.natural, x=res.x, scale=scale, fallback=True)
     return {"cleaned": {**_rnp(res), "adversarial": _rnp(res.adversarial)},  # type: ignore[dict-item]
             "raw": {**_rnp(raw), "adversarial": _rnp(raw.adversarial)}}  # type: ignore[dict-item]
@@ -71,6 +70,12 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Pearson r between effective robustness on synthetic shifts (ImageNet-C average; PGD) and on a
         natural shift (ImageNetV2), over the non-standard models, under a named recipe."""
+        from shiftbench.analysis.synthetic import (  # deferred: loads pandas, scipy.stats
+            RECIPES,
+            recipe_line,
+            synthetic_vs_natural,
+        )
+
         if recipe not in RECIPES:
             raise ConfigError(f"unknown --recipe {recipe!r}; choose one of {', '.join(RECIPES)}")
         res = synthetic_vs_natural(_testbed(testbed, store), recipe, natural, x=x, fallback=fallback)

@@ -6,27 +6,19 @@ import json
 from pathlib import Path
 from typing import Annotated, Optional
 
-import numpy as np
-import pandas as pd
 import typer
 
-from shiftbench.analysis.trajectory import (
-    is_checkpoint,
-    trajectory_accuracies,
-    trajectory_effective_robustness,
-    trajectory_summary,
-)
-from shiftbench.analysis.trend import fit_trend
 from shiftbench.cli_options import JsonOpt, OneTestbedOpt, ScaleOpt, StoreOpt
 from shiftbench.cli_support import Table, out
 from shiftbench.errors import ConfigError, DataError, ShiftbenchError
-from shiftbench.reference import load_testbed
-from shiftbench.testbed import Testbed
 
 
 def _testbed(spec: str | None, store: Path):
     """The testbed whose trend is used: ``-t`` (a reference name, a table, or a results store
     directory), else the store's own finished models; checkpoints are left out."""
+    from shiftbench.analysis.trajectory import is_checkpoint  # deferred: loads pandas
+    from shiftbench.reference import load_testbed  # deferred: loads pandas
+    from shiftbench.testbed import Testbed  # deferred: loads pandas
 
     if spec is None or Path(spec).is_dir():
         try:
@@ -58,6 +50,15 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Each stored fine-tuning trajectory: per-step accuracies and effective robustness."""
 
+        import numpy as np  # deferred: loaded when the command runs, not for `--help`
+        import pandas as pd  # deferred: loaded when the command runs, not for `--help`
+
+        from shiftbench.analysis.trajectory import (  # deferred: loads pandas
+            trajectory_accuracies,
+            trajectory_effective_robustness,
+            trajectory_summary,
+        )
+        from shiftbench.analysis.trend import fit_trend  # deferred: loads pandas, scipy
         from shiftbench.store import Store  # deferred: loads pyarrow
         from shiftbench.studies.trajectory import Trajectory  # deferred: loads Pillow, loads pyarrow
 
@@ -115,6 +116,7 @@ def register(app: typer.Typer) -> None:
 
 def _write(output: Path, tb, results: dict, fits: dict, quiet: bool) -> None:
     """Per (x, y) pair with a trend: the trajectory figure, the ER figure and the CSV."""
+    import pandas as pd  # deferred: loaded when the command runs, not for `--help`
 
     from shiftbench.report.figures import save_figure_formats  # deferred: loads Pillow, loads matplotlib, loads plotly, loads pyarrow
     from shiftbench.report.tables import trajectory_stem  # deferred: loads Pillow, loads matplotlib, loads plotly, loads pyarrow

@@ -13,7 +13,6 @@ from typing import Annotated
 
 import typer
 
-from shiftbench.analysis.transfer import task_groups, transfer_group_means
 from shiftbench.cli_options import (
     DEFAULT_STORE,
     BatchSizeOpt,
@@ -26,7 +25,6 @@ from shiftbench.cli_options import (
 )
 from shiftbench.cli_support import Table, out
 from shiftbench.errors import ConfigError
-from shiftbench.models.device import check_device
 
 
 def _num(v: object) -> float | None:
@@ -68,6 +66,8 @@ def register(app: typer.Typer) -> None:
         """Transfer each model to each task (VTAB-1k: 800 + 200 training examples drawn with --seed, the
         hyper-parameter chosen on the 200, refit on all 1,000, scored on the test set); results are the
         settings transfer:<task> of the store's testbed."""
+        from shiftbench.analysis.transfer import transfer_group_means  # deferred: loads pandas
+        from shiftbench.models.device import check_device  # deferred: shiftbench.models loads numpy
         from shiftbench.studies.transfer import (  # deferred: loads torch
             parse_task,
             read_tasks,
@@ -115,4 +115,6 @@ def register(app: typer.Typer) -> None:
 
 
 def _groups(path: Path | None) -> dict[str, str] | None:
+    from shiftbench.analysis.transfer import task_groups  # deferred: loads pandas
+
     return None if path is None else task_groups(path)

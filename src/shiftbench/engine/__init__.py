@@ -7,6 +7,10 @@ from shiftbench.engine.runner import evaluate
 
 __all__ = ["evaluate", "EvalRequest", "Executor", "LocalExecutor", "RayExecutor"]
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # type checkers and the API reference see it; at run time it is imported on first use
+    from shiftbench.engine.ray_executor import RayExecutor
+
 
 def __getattr__(name: str):
     """``RayExecutor`` is imported on first use."""

@@ -43,7 +43,7 @@ from rich.text import Text
 from shiftbench.datasets.base import ImageDataset, ImageDecodeError, text_name
 from shiftbench.datasets.torch_data import TORCH_DATASET, LabelRangeError
 from shiftbench.engine.request import EvalRequest
-from shiftbench.errors import ConfigError, ModelError, ShiftbenchError, ShiftError, StoreError, did_you_mean
+from shiftbench.errors import ConfigError, ModelError, ShiftbenchError, ShiftError, StoreError, did_you_mean, require
 from shiftbench.model_types import MODEL_TYPES
 from shiftbench.models import check_logits, load_model
 from shiftbench.models.base import LoadedModel
@@ -1024,6 +1024,7 @@ def evaluate(
         When a model fails (an exception inside it, a wrong output width, NaN logits): raised
         after the other models have finished, naming each failing model.
     """
+    require("shiftbench.evaluate", "torch", "torchvision")   # without [eval]: one line naming it
     from shiftbench.engine.executor import LocalExecutor  # deferred: loads Pillow, loads pyarrow
 
     with _restored_modules(model):   # a user's nn.Module is given back in its mode and on its device

