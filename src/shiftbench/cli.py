@@ -39,6 +39,7 @@ from shiftbench.cli_options import (  # noqa: F401  (re-exported: the commands' 
     YOpt,
     canonical_settings,
 )
+from shiftbench.cli_help import PlainHelpGroup
 from shiftbench.cli_support import Table, err, out  # noqa: F401  (the names the commands used from here)
 from shiftbench.cli_support import check_count as _check_count
 from shiftbench.cli_support import check_output_parent as _check_output_parent
@@ -53,12 +54,13 @@ from shiftbench.cli_support import progress as _progress
 from shiftbench.cli_support import testbed_from_options as _testbed
 from shiftbench.errors import ConfigError, ShiftbenchError, require  # noqa: F401  (ShiftbenchError: re-exported)
 from shiftbench.shifts import list_shifts
+from shiftbench.version import __version__
 
 # numpy, pandas, scipy, rich.progress and the analysis, testbed and model modules are imported
 # inside the commands that use them, so `shiftbench --help` starts fast (tests/test_startup.py).
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, cls=PlainHelpGroup,
                   help="Measure how image classifiers hold up under distribution shift.")
-list_app = typer.Typer(no_args_is_help=True, help="List testbeds, settings or models.")
+list_app = typer.Typer(no_args_is_help=True, cls=PlainHelpGroup, help="List testbeds, settings or models.")
 app.add_typer(list_app, name="list")
 
 _state = {"debug": False}
@@ -66,8 +68,16 @@ _state = {"debug": False}
 # the options shared by the commands are declared once, in shiftbench.cli_options
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"shiftbench {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _main(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False) -> None:
+def _main(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks on errors.")] = False,
+          version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                                help="Print the version and exit.")] = False) -> None:
     _state["debug"] = debug
 
 
