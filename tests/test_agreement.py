@@ -190,7 +190,7 @@ def test_estimate_command_end_to_end(store):
     from shiftbench.cli import app
     from shiftbench.store import Store
     path, ind, ood = store
-    r = CliRunner().invoke(app, ["estimate", "--store", str(path), "--id", ind, "--ood", ood, "--json"])
+    r = CliRunner().invoke(app, ["estimate", "--store", str(path), "--x", ind, "--y", ood, "--json"])
     assert r.exit_code == 0, r.output
     got = json.loads(r.stdout)
     assert set(got) >= {"models", "mae", "agreement_line", "left_out", "methods", "same_line_test"}
@@ -206,7 +206,7 @@ def test_estimate_command_end_to_end(store):
             if e is not None:
                 assert row["errors"][m] == pytest.approx(e - row["accuracy_ood"])
     print(json.dumps(got, indent=1))
-    plain = CliRunner().invoke(app, ["estimate", "--store", str(path), "--id", ind, "--ood", ood, "--method", "atc"])
+    plain = CliRunner().invoke(app, ["estimate", "--store", str(path), "--x", ind, "--y", ood, "--method", "atc"])
     assert plain.exit_code == 0 and "mean absolute error" in plain.output
 
 
@@ -234,7 +234,7 @@ def test_estimate_command_errors(store, tmp_path, monkeypatch):
         t = pq.read_table(f)
         if "entropy" in t.column_names:
             pq.write_table(t.drop(["entropy"]), f)
-    r = CliRunner().invoke(app, ["estimate", "--store", str(old), "--id", ind, "--ood", ood, "--method", "atc"])
+    r = CliRunner().invoke(app, ["estimate", "--store", str(old), "--x", ind, "--y", ood, "--method", "atc"])
     assert r.exit_code != 0
     assert "shiftbench eval --force" in str(r.exception) + r.output
     assert Store(old).results() is not None

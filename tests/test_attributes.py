@@ -253,13 +253,13 @@ def test_missing_manifest_column_and_unknown_image_mode_are_named(grid, tmp_path
 def test_carve_prints_the_sizes_table_and_writes_the_manifests(grid, tmp_path):
     from shiftbench.cli import app
 
-    result = CliRunner().invoke(app, ["carve", "-m", str(grid), "--train", "colour=red", "--train", "size=small",
+    result = CliRunner().invoke(app, ["carve", "--manifest", str(grid), "--train", "colour=red", "--train", "size=small",
                                       "--id-test", "0.25", "-o", str(tmp_path / "o")])
     assert result.exit_code == 0, result.output
     line = next(ln for ln in result.output.splitlines() if "size=large" in ln)
     assert [c.strip() for c in line.split("│")[1:-1]] == ["size=large", split_file_name("size=large"), "3", "2", "1"]
     assert "wrote 5 manifests" in result.output and (tmp_path / "o" / split_file_name("colour=green")).is_file()
-    js = CliRunner().invoke(app, ["carve", "-m", str(grid), "--train", "colour=red,blue", "--json",
+    js = CliRunner().invoke(app, ["carve", "--manifest", str(grid), "--train", "colour=red,blue", "--json",
                                   "-o", str(tmp_path / "j")])
     assert json.loads(js.stdout)["train"] == {"colour": ["red", "blue"]}
 
@@ -267,7 +267,7 @@ def test_carve_prints_the_sizes_table_and_writes_the_manifests(grid, tmp_path):
 def test_carve_rejects_a_train_option_without_a_value(grid, tmp_path):
     from shiftbench.cli import app
 
-    result = CliRunner().invoke(app, ["carve", "-m", str(grid), "--train", "colour", "-o", str(tmp_path)])
+    result = CliRunner().invoke(app, ["carve", "--manifest", str(grid), "--train", "colour", "-o", str(tmp_path)])
     assert result.exit_code != 0 and "use ATTRIBUTE=VALUE" in result.output
 
 

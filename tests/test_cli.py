@@ -324,9 +324,13 @@ def test_unknown_setting_suggests_the_closest_names() -> None:
 
 
 def test_unknown_setting_abbreviation_suggests_matched_frequency() -> None:
-    result = invoke("fit", "--testbed", REF, "--x", X, "--y", "imagenetv2-mf")
+    result = invoke("fit", "--testbed", REF, "--x", X, "--y", "imagenetv2-matched-freq")
     assert isinstance(result.exception, ConfigError)
     assert "'imagenetv2-matched-frequency" in str(result.exception)
+
+
+def test_a_setting_alias_is_read_as_its_reference_name() -> None:
+    assert invoke("fit", "--testbed", REF, "--x", X, "--y", "imagenetv2-mf").exit_code == 0
 
 
 def test_unknown_fit_on_model_suggests_the_closest_names() -> None:

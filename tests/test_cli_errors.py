@@ -106,7 +106,7 @@ def test_full_disk_names_the_store(monkeypatch, capsys, images, tmp_path) -> Non
 
 
 @pytest.mark.parametrize("command", [["plot", "--x", X, "--y", Y, "-t", REF, "-o", "OUT/fig.png"],
-                                     ["report", "-t", REF, "--resamples", "0", "-o", "OUT/report"]])
+                                     ["report", "-t", REF, "--resamples", "1", "-o", "OUT/report"]])
 def test_output_under_a_regular_file(monkeypatch, capsys, blocker, command) -> None:
     args = [a.replace("OUT", str(blocker)) for a in command]
     fails(monkeypatch, capsys, args, str(blocker), "regular file", "choose another -o")
@@ -114,14 +114,14 @@ def test_output_under_a_regular_file(monkeypatch, capsys, blocker, command) -> N
 
 def test_export_into_a_missing_folder_says_to_create_it(monkeypatch, capsys, tmp_path) -> None:
     missing = tmp_path / "nodir"
-    fails(monkeypatch, capsys, ["results", "--store", str(tmp_path / "store"), "--export", str(missing / "r.csv")],
-          "--export", str(missing), "does not exist", "mkdir -p")
+    fails(monkeypatch, capsys, ["results", "--store", str(tmp_path / "store"), "--output", str(missing / "r.csv")],
+          "--output", str(missing), "does not exist", "mkdir -p")
     assert not missing.exists()          # refused, not created
 
 
 def test_export_onto_a_folder(monkeypatch, capsys, tmp_path) -> None:
     (tmp_path / "r.csv").mkdir()
-    fails(monkeypatch, capsys, ["results", "--store", str(tmp_path / "store"), "--export", str(tmp_path / "r.csv")],
+    fails(monkeypatch, capsys, ["results", "--store", str(tmp_path / "store"), "-o", str(tmp_path / "r.csv")],
           str(tmp_path / "r.csv"), "is a folder")
 
 
@@ -252,8 +252,9 @@ def test_address_without_ray_is_refused(monkeypatch, capsys, tmp_path, images) -
     (["place", "-t", REF, "--model", "resnet50", "--fit-on", "NOPE"], ["'NOPE'"]),
     (["place", "-t", REF, "--model", "resnet50", "--resamples", "-5"], ["--resamples -5", "0 or more"]),
     (["report", "-t", REF, "-o", "REPORT", "--resamples", "-5"], ["--resamples -5"]),
+    (["report", "-t", REF, "-o", "REPORT", "--resamples", "0"], ["--resamples 0", "positive number", "bootstrap band"]),
     (["report", "-t", REF, "-o", "REPORT", "--scale", "cubic"], ["unknown scale 'cubic'"]),
-    (["transfer-correlation", "-t", REF, "--x", X, "--n-boot", "-5"], ["--n-boot -5", "0 or more"]),
+    (["transfer-correlation", "-t", REF, "--x", X, "--resamples", "-5"], ["--resamples -5", "0 or more"]),
     (["similarity", "-s", X, "-o", "REPORT", "--max-models", "0"], ["--max-models 0", "a positive number"]),
 ])
 def test_bad_analysis_options_are_refused_up_front(monkeypatch, capsys, tmp_path, args, needles) -> None:

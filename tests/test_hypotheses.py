@@ -173,8 +173,8 @@ def test_every_shipped_group_matches_at_least_three_models(name: str) -> None:
 
 
 def test_cli_json_rows_have_the_verdict_fields() -> None:
-    result = CliRunner().invoke(cli.app, ["hypotheses", "--testbed", "imagenet-reference", "--shift", "ImageNet-R",
-                                          "--json", "--n-boot", "200", "--seed", "2"])
+    result = CliRunner().invoke(cli.app, ["hypotheses", "--testbed", "imagenet-reference", "--y", "ImageNet-R",
+                                          "--json", "--resamples", "200", "--seed", "2"])
     assert result.exit_code == 0, (result.output, result.exception)
     rows = json.loads(result.stdout)
     assert len(rows) == len(load_groups("imagenet-reference")) and {r["shift"] for r in rows} == {"ImageNet-R"}

@@ -200,7 +200,7 @@ def test_carve_writes_one_manifest_per_attribute_value_and_counts_the_files_it_w
 
     manifest = _manifest(tmp_path / "data")
     out = tmp_path / "carved"
-    result = CliRunner().invoke(app, ["carve", "-m", str(manifest), "--train", "colour=red", "--id-test", "2",
+    result = CliRunner().invoke(app, ["carve", "--manifest", str(manifest), "--train", "colour=red", "--id-test", "2",
                                       "-o", str(out)])
     assert result.exit_code == 0, result.output
     on_disk = sorted(p.name for p in out.glob("*.csv"))
@@ -217,7 +217,7 @@ def test_carve_writes_one_manifest_per_attribute_value_and_counts_the_files_it_w
         assert summary["splits"][split]["setting"] == f"manifest:{(out / files[split]).resolve()}"
         assert split_label(f"manifest:{out / files[split]}") == split   # read back from splits.json
     # a re-carve into the same folder removes exactly the files the first carve listed
-    again = CliRunner().invoke(app, ["carve", "-m", str(manifest), "--train", "colour=red,a b", "--id-test", "2",
+    again = CliRunner().invoke(app, ["carve", "--manifest", str(manifest), "--train", "colour=red,a b", "--id-test", "2",
                                      "-o", str(out)])
     assert again.exit_code == 0, again.output
     assert sorted(p.name for p in out.glob("*.csv")) == sorted(

@@ -188,8 +188,8 @@ def test_commands_look_a_folder_setting_up_by_any_spelling(tmp_path, monkeypatch
     monkeypatch.chdir(tmp_path)
     evaluate(["folder:imgs", "folder:imgs+greyscale"], tmp_path / "store",
              model=[f"python:multimodel_models:cnn_{m}" for m in "abc"])
-    code, out, err = run_main(monkeypatch, capsys, "estimate", "--store", "store", "--id", "folder:./imgs",
-                              "--ood", "folder:imgs/+greyscale", "--method", "atc", "--json")
+    code, out, err = run_main(monkeypatch, capsys, "estimate", "--store", "store", "--x", "folder:./imgs",
+                              "--y", "folder:imgs/+greyscale", "--method", "atc", "--json")
     assert code == 0, err
 
 
@@ -200,7 +200,7 @@ def test_commands_look_a_folder_setting_up_by_any_spelling(tmp_path, monkeypatch
 @pytest.mark.parametrize("command", [
     ["results"], ["fit", "--x", "val", "--y", "imagenet-a", "-t", "imagenet-reference"],
     ["place", "-t", "imagenet-reference"], ["report", "-o", "{tmp}/rep"],
-    ["estimate", "--id", "val", "--ood", "imagenet-a"], ["sql", "SELECT 1"]])
+    ["estimate", "--x", "val", "--y", "imagenet-a"], ["sql", "SELECT 1"]])
 def test_commands_reading_a_store_refuse_a_folder_that_is_not_one(command, what, tmp_path, monkeypatch, capsys):
     path = tmp_path / "not-a-store"
     if what != "missing":

@@ -138,7 +138,7 @@ def test_missing_settings_are_named_in_one_line_and_fallback_only_when_asked():
         synthetic_vs_natural(constructed(drop_pgd=True), "taori2020", NAT)
     res = synthetic_vs_natural(constructed(drop_pgd=True), "taori2020", NAT, fallback=True)
     assert res.adversarial is None and res.to_dict()["adversarial"] is None
-    result = invoke("synthetic-vs-natural", "-t", "imagenet-reference-raw", "--natural", "no-such-setting")
+    result = invoke("synthetic-vs-natural", "-t", "imagenet-reference-raw", "--y", "no-such-setting")
     assert result.exit_code != 0
 
 
@@ -193,7 +193,7 @@ def test_per_setting_recipe_is_the_reports_correlation(cleaned):
 
 def test_cli_json_has_r_n_p_models_adversarial_and_the_cleaning(tmp_path):
     result = invoke("synthetic-vs-natural", "--recipe", "taori2020", "--testbed", "imagenet-reference", "--json",
-                    "--csv", str(tmp_path / "t.csv"))
+                    "-o", str(tmp_path / "t.csv"))
     assert result.exit_code == 0, result.output
     d = json.loads(result.stdout)
     assert {"r", "n", "p", "models", "adversarial", "recipe", "description", "paper"} <= set(d)

@@ -95,7 +95,7 @@ def test_the_cli_prints_the_metrics_by_groups_table_and_json(tmp_path):
     (tmp_path / "groups.csv").write_text("task,group\nfashion,natural\ncount,structured\n")
     runner = CliRunner()
     args = ["transfer-correlation", "--testbed", str(path), "--x", "mnist-test", "--groups",
-            str(tmp_path / "groups.csv"), "--n-boot", "200"]
+            str(tmp_path / "groups.csv"), "--resamples", "200"]
     shown = runner.invoke(app, args)
     assert shown.exit_code == 0, shown.output
     assert "Robustness vs transfer" in shown.output and "er:uci" in shown.output and "natural ρ" in shown.output

@@ -38,6 +38,7 @@ from shiftbench.cli_options import (  # noqa: F401  (re-exported: the commands' 
     XOpt,
     YOpt,
     canonical_settings,
+    setting_aliases,
 )
 from shiftbench.cli_help import PlainHelpGroup
 from shiftbench.cli_support import Table, err, out  # noqa: F401  (the names the commands used from here)
@@ -48,6 +49,9 @@ from shiftbench.cli_support import error_message as _error_message
 from shiftbench.cli_support import fit as _fit
 from shiftbench.cli_support import fit_on as _fit_on
 from shiftbench.cli_support import fit_used as _fit_used
+from shiftbench.cli_support import old_spelling as _old_spelling
+from shiftbench.cli_support import notes_to_stderr as _notes_to_stderr
+from shiftbench.cli_support import print_json as _print_json
 from shiftbench.cli_support import output_folder as _output_folder
 from shiftbench.cli_support import pivot as _pivot
 from shiftbench.cli_support import progress as _progress
@@ -333,8 +337,11 @@ def plot_cmd(x: XOpt, y: YOpt,
                  "--highlight", help="Mark and label these models (default: the models of the tables and stores "
                  "added to a reference testbed).")] = None,
              fractions: FractionsOpt = None,
+             as_json: JsonOpt = False,
              ) -> None:
-    """Scatter of y against x with the fitted trend, its bootstrap band and y = x."""
+    """Scatter of y against x with the fitted trend, its bootstrap band and y = x.
+
+    --json: {"files": [...], "x", "y", "scale", "fit": {"slope", "intercept", "r2", "n_models"}}."""
     from shiftbench.report import (  # deferred: loads Pillow, loads matplotlib, loads plotly, loads pyarrow
         plot_trend,
         save_figure,
@@ -348,6 +355,11 @@ def plot_cmd(x: XOpt, y: YOpt,
     _fit_used(tb, fit)
     marked = [tb.check_model(m) for m in highlight] if highlight else tb.added
     path = save_figure(plot_trend(tb, x, y, fit=fit, ci=ci, highlight=marked), output)
+    if as_json:
+        d = fit.to_dict()
+        _print_json({"files": [str(path)], "x": x, "y": y, "scale": scale,
+                     "fit": {k: d.get(k) for k in ("slope", "intercept", "r2", "n_models")}})
+        return
     typer.echo(f"wrote {path}")
 
 
@@ -399,7 +411,8 @@ def _data_dirs(values: list[str] | None) -> dict[str, str]:
 @app.command("eval")
 def eval_cmd(
     model: ModelsOpt,
-    setting: Annotated[list[str], typer.Option("--setting", "-s", help="Setting name (shiftbench list settings). Repeatable.")],
+    setting: Annotated[list[str], typer.Option("--setting", "-s", help="Setting name (shiftbench list settings). "
+                                                          "Repeatable.", callback=setting_aliases)],
     data_root: Annotated[Path, typer.Option("--data-root", help="Folder holding the datasets in their default folders.")] = Path("."),
     data_dir: Annotated[Optional[list[str]], typer.Option("--data-dir", help="Per-dataset override NAME=PATH. Repeatable.")] = None,
     batch_size: Annotated[int, typer.Option("--batch-size", help="Images per forward pass.")] = 64,
@@ -488,7 +501,8 @@ def _results_table(frame, title: str) -> None:
 @app.command("results")
 def results_cmd(
     store: StoreOpt = DEFAULT_STORE,
-    export: Annotated[Optional[Path], typer.Option("--export", help="Write the table to FILE.csv or FILE.parquet.")] = None,
+    export: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the table to FILE.csv or "
+                                                   "FILE.parquet.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """The finished results in a store, with the difference to a reference row where one exists."""
@@ -497,7 +511,7 @@ def results_cmd(
     from shiftbench.store import Store  # deferred: loads pyarrow
 
     if export is not None:                   # before the work: a missing folder is not created
-        _check_output_parent(export, "--export")
+        _check_output_parent(export, "--output")
     Store.existing(store)                    # a missing folder, or one that is not a store: one line
     frame = results_with_reference(store)
     if export is not None:
@@ -570,6 +584,7 @@ def report_cmd(
                                         "report on this machine (see `shiftbench cache`).")] = True,
     figure_formats: FigureFormatsOpt = "png,pdf",
     fractions: FractionsOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """Write a self-contained interactive HTML report (index.html) plus static figures and tables.
 
@@ -586,7 +601,7 @@ def report_cmd(
 
         Store.existing(store)                       # a missing folder, or one that is not a store: one line
     check_scale(scale)
-    _check_count(n_resamples, "--resamples", minimum=0, what="(0: no bootstrap band; default 1000)")
+    _check_count(n_resamples, "--resamples", what="(the report draws every trend's bootstrap band; default 1000)")
     formats = _figure_formats(figure_formats)
     _output_folder(output)                        # an unwritable -o fails here, in one line, not mid-report
     if fractions and not testbed:
@@ -597,13 +612,36 @@ def report_cmd(
         testbeds, highlight = [merged], merged.added
     else:
         testbeds, highlight = [load_testbed(t) for t in REFERENCE_TESTBEDS], []
-    path = _html_report(testbeds, output, store=store, n_resamples=n_resamples, scale=scale, highlight=highlight,
-                        cache=cache, figure_formats=formats)
+    start = time.perf_counter()
+    with _notes_to_stderr(as_json):
+        path = _html_report(testbeds, output, store=store, n_resamples=n_resamples, scale=scale,
+                            highlight=highlight, cache=cache, figure_formats=formats)
+    if as_json:   # {"index", "testbeds", "sections", "figures", "times": {"total"}}
+        _print_json({"index": str(path.resolve()), "testbeds": [t.name for t in testbeds],
+                     "sections": _report_sections(path), "figures": _figure_count(output),
+                     "times": {"total": round(time.perf_counter() - start, 3)}})
+        return
     typer.echo(f"report: {path.resolve()}")
 
 
+def _report_sections(index: Path) -> list[str]:
+    """The ids of the sections of a written report's index.html, in page order."""
+    import re  # deferred: only `report --json` reads the page back
+
+    return re.findall(r'<section class="sb-section" id="([^"]+)"', index.read_text(encoding="utf-8"))
+
+
+def _figure_count(output: Path) -> int:
+    """The static figure files (.png, .svg, .pdf) under a report folder, its cache left out."""
+    from shiftbench.report.figures import FORMATS  # deferred: loads matplotlib
+
+    return sum(1 for p in output.rglob("*") if p.suffix.lower() in FORMATS and p.is_file()
+               and ".shiftbench-cache" not in p.relative_to(output).parts)
+
+
 @app.command("cache")
-def cache_cmd(clear: Annotated[bool, typer.Option("--clear", help="Remove every entry.")] = False) -> None:
+def cache_cmd(clear: Annotated[bool, typer.Option("--clear", help="Remove every entry.")] = False,
+              as_json: JsonOpt = False) -> None:
     """Where the cache shared by every report on this machine is, and what it holds.
 
     Reports keep their slow analyses and static figures there by content hash, so a report built
@@ -611,10 +649,16 @@ def cache_cmd(clear: Annotated[bool, typer.Option("--clear", help="Remove every 
     $SHIFTBENCH_CACHE_DIR (off: none), else $XDG_CACHE_HOME/shiftbench/report, else
     ~/.cache/shiftbench/report; it keeps at most 2 GiB, dropping the least recently used. The folder
     is marked with a CACHEDIR.TAG, and only the cache's own entries in it are ever removed: a folder
-    that holds other files and no tag is refused."""
+    that holds other files and no tag is refused.
+
+    --json: {"root", "enabled", "foreign", "analyses", "figures", "bytes", "max_bytes"}; with
+    --clear {"root", "enabled", "removed"}; off: {"root": null, "enabled": false, ...}."""
     from shiftbench.report.cache import SHARED_ENV, SharedCache  # deferred: loads pandas
 
     shared = SharedCache.default()
+    if as_json:
+        _cache_json(shared, clear)
+        return
     if shared is None:
         typer.echo(f"shared report cache: off ({SHARED_ENV}={os.environ.get(SHARED_ENV, '')!r})")
         return
@@ -630,6 +674,23 @@ def cache_cmd(clear: Annotated[bool, typer.Option("--clear", help="Remove every 
     size = sum(n for _, n, _ in found) / 1024**2
     typer.echo(f"shared report cache: {shared.root}: {kinds['analyses']} analyses, {kinds['figures']} figure files, "
                f"{size:.1f} MiB of at most {shared.max_bytes / 1024**3:.0f} GiB")
+
+
+def _cache_json(shared, clear: bool) -> None:
+    """``shiftbench cache --json``: one JSON object (see cache_cmd)."""
+    if shared is None:
+        _print_json({"root": None, "enabled": False, "analyses": 0, "figures": 0, "bytes": 0}
+                    | ({"removed": 0} if clear else {}))
+        return
+    if clear:
+        _print_json({"root": str(shared.root), "enabled": True, "removed": shared.clear()})
+        return
+    foreign = shared.is_foreign()
+    found = [] if foreign else shared.entries()
+    _print_json({"root": str(shared.root), "enabled": not foreign, "foreign": foreign,
+                 "analyses": sum(1 for _, _, p in found if p.parent.name == "analyses"),
+                 "figures": sum(1 for _, _, p in found if p.parent.name == "figures"),
+                 "bytes": sum(n for _, n, _ in found), "max_bytes": shared.max_bytes})
 
 
 def _offline_testbeds(output: Path, *, workspace: Path, data_dir: Path, models: str = "all",
@@ -716,8 +777,10 @@ def demo_cmd(output: Annotated[Path, typer.Option("--output", "-o", help="Report
              n_test: Annotated[Optional[int], typer.Option("--n-test", help="Test digits per setting.")] = None,
              corruptions: Annotated[Optional[str], typer.Option("--corruptions", help="Comma-separated corruptions, "
                                                                 "or all.")] = None,
-             figure_formats: FigureFormatsOpt = "png,pdf") -> None:
-    """Analyse every natural shift of both reference testbeds; write summary.md and index.html."""
+             figure_formats: FigureFormatsOpt = "png,pdf", as_json: JsonOpt = False) -> None:
+    """Analyse every natural shift of both reference testbeds; write summary.md and index.html.
+
+    --json: {"report", "summary", "testbeds", "times": {"reference", "digits", "html", "total"}}."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn  # deferred: only the demo draws it
 
     from shiftbench.reference import load_testbed  # deferred: loads pandas
@@ -727,36 +790,44 @@ def demo_cmd(output: Annotated[Path, typer.Option("--output", "-o", help="Report
     )
 
     formats = _figure_formats(figure_formats)     # a typo fails now, not after the digits testbed is trained
-    _check_count(n_resamples, "--resamples", minimum=0, what="(0: no bootstrap band; default 1000)")
+    _check_count(n_resamples, "--resamples", what="(the report draws every trend's bootstrap band; default 1000)")
     _check_count(n_test, "--n-test", what="of test digits per setting")
     _output_folder(output)                        # an unwritable -o fails here, in one line, not mid-report
     if digits:                                    # trains and evaluates models: without [demo], one line now
         require("shiftbench demo", "torch", "torchvision", "safetensors", "skops", "skimage", extra="demo")
-    start = time.perf_counter()
-    names = list(REFERENCE_TESTBEDS)
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=err, transient=False) as progress:
-        task = progress.add_task("loading reference testbeds", total=len(names) * len(NATURAL_SHIFTS))
-        testbeds = [load_testbed(n) for n in names]
+    with _notes_to_stderr(as_json):   # --json: the notes go to stderr, stdout holds the JSON only
+        start = time.perf_counter()
+        names = list(REFERENCE_TESTBEDS)
+        with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                      TimeElapsedColumn(), console=err, transient=False) as progress:
+            task = progress.add_task("loading reference testbeds", total=len(names) * len(NATURAL_SHIFTS))
+            testbeds = [load_testbed(n) for n in names]
 
-        def step(label: str) -> None:
-            progress.update(task, description=label)
-            progress.advance(task)
+            def step(label: str) -> None:
+                progress.update(task, description=label)
+                progress.advance(task)
 
-        summary = write_report(testbeds, output, n_resamples=n_resamples, on_step=step)
-        progress.update(task, description="reference testbeds analysed")
-    typer.echo(f"reference analysis: {len(testbeds)} testbeds, {sum(len(t) for t in testbeds)} models, "
-               f"{time.perf_counter() - start:.1f} s")
-    typer.echo(f"report: {summary.resolve()}")
-    start = time.perf_counter()
-    offline = (_offline_testbeds(output, workspace=workspace, data_dir=data_dir, models=models, n_test=n_test,
-                                 corruptions=corruptions, n_resamples=n_resamples) if digits else [])
-    start = time.perf_counter()
-    shifts = {tb.name: NATURAL_SHIFTS for tb in testbeds} | {tb.name: list(s) for tb, s in offline}
-    store = workspace / "store" if digits else None     # its calibration, similarity, trajectories, attributes
-    index = _html_report(testbeds + [tb for tb, _ in offline], output, store=store, n_resamples=n_resamples,
-                         shifts=shifts, figure_formats=formats)
-    typer.echo(f"html report ({time.perf_counter() - start:.1f} s): {index.resolve()}")
+            summary = write_report(testbeds, output, n_resamples=n_resamples, on_step=step)
+            progress.update(task, description="reference testbeds analysed")
+        typer.echo(f"reference analysis: {len(testbeds)} testbeds, {sum(len(t) for t in testbeds)} models, "
+                   f"{time.perf_counter() - start:.1f} s")
+        typer.echo(f"report: {summary.resolve()}")
+        times = {"reference": time.perf_counter() - start}
+        start = time.perf_counter()
+        offline = (_offline_testbeds(output, workspace=workspace, data_dir=data_dir, models=models, n_test=n_test,
+                                     corruptions=corruptions, n_resamples=n_resamples) if digits else [])
+        times["digits"] = time.perf_counter() - start
+        start = time.perf_counter()
+        shifts = {tb.name: NATURAL_SHIFTS for tb in testbeds} | {tb.name: list(s) for tb, s in offline}
+        store = workspace / "store" if digits else None     # its calibration, similarity, trajectories, attributes
+        index = _html_report(testbeds + [tb for tb, _ in offline], output, store=store, n_resamples=n_resamples,
+                             shifts=shifts, figure_formats=formats)
+        typer.echo(f"html report ({time.perf_counter() - start:.1f} s): {index.resolve()}")
+        times["html"] = time.perf_counter() - start
+        res = {"report": index.resolve(), "summary": summary.resolve(), "testbeds": [t.name for t in testbeds]
+                + [t.name for t, _ in offline], "times": times | {"total": sum(times.values())}}
+    if as_json:
+        _print_json(res | {"times": {k: round(v, 3) for k, v in res["times"].items()}})
 
 
 def _register_command_modules() -> None:
@@ -783,10 +854,32 @@ def _interrupted(exc: BaseException) -> bool:
     return False
 
 
+def _options_of(argv: list[str]) -> set[str]:
+    """The option names (``--x``, ``-m``, ...) of the command that ``argv`` runs (its leading
+    words: ``fit``, ``list settings``); empty when it names none."""
+    import typer.main  # deferred: builds the click commands, only for an old option spelling
+
+    command = typer.main.get_command(app)
+    for word in (a for a in argv if not a.startswith("-")):
+        sub = getattr(command, "commands", {}).get(word)
+        if sub is None:
+            break
+        command = sub
+    if hasattr(command, "commands"):           # a group (no command named): nothing to compare with
+        return set()
+    return {o for p in command.params for o in [*getattr(p, "opts", ()), *getattr(p, "secondary_opts", ())]}
+
+
 def main() -> None:
     """Console-script entry point: every error is one line on stderr, ``error: <what and the fix>``,
     with exit status 1 (a ShiftbenchError's message; an OSError's path and fix; anything else
-    with a pointer to --debug); Ctrl-C exits 130; tracebacks only with --debug."""
+    with a pointer to --debug); an option spelling of earlier versions (``--id``) exits 2 with
+    the spelling now (:data:`shiftbench.cli_support.OLD_SPELLINGS`); Ctrl-C exits 130;
+    tracebacks only with --debug."""
+    renamed = _old_spelling(sys.argv[1:], _options_of)
+    if renamed is not None:
+        typer.echo(f"error: {renamed}", err=True)
+        sys.exit(2)
     try:
         app()
     except SystemExit as exc:

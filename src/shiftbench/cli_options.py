@@ -13,20 +13,34 @@ from typing import Annotated, Optional
 
 import typer
 
-from shiftbench.setting_names import canonical_setting_name
+from shiftbench.setting_names import canonical_setting_name, setting_alias
 
 #: where ``shiftbench eval`` (and the studies) write results unless told otherwise
 DEFAULT_STORE = Path("shiftbench-results")
 
 
 def canonical_settings(value):
-    """A typer callback for options naming settings: ``folder:<path>`` names made canonical (the
-    absolute path from the working directory, :func:`shiftbench.setting_names.canonical_setting_name`),
-    as ``shiftbench eval`` stored them; other names unchanged. Takes one name or a list."""
+    """A typer callback for options naming settings: an alias spelling read as the reference name
+    (``imagenetv2`` -> ``imagenetv2-matched-frequency-format-val``,
+    :data:`shiftbench.setting_names.SETTING_ALIASES`, as the testbeds read CSV columns) and
+    ``folder:<path>`` names made canonical (the absolute path from the working directory,
+    :func:`shiftbench.setting_names.canonical_setting_name`), as ``shiftbench eval`` stored them;
+    other names unchanged. Takes one name or a list."""
     if value is None:
         return None
-    return [canonical_setting_name(v) for v in value] if isinstance(value, list) else canonical_setting_name(value)
+    if isinstance(value, list):
+        return [canonical_setting_name(setting_alias(v)) for v in value]
+    return canonical_setting_name(setting_alias(value))
 
+
+
+def setting_aliases(value):
+    """A typer callback for ``shiftbench eval --setting``: alias spellings read as the reference
+    names (:func:`canonical_settings` without the folder paths, which ``eval`` resolves against
+    ``--data-root`` itself). Takes one name or a list."""
+    if value is None:
+        return None
+    return [setting_alias(v) for v in value] if isinstance(value, list) else setting_alias(value)
 
 # ---------------------------------------------------------------------------- stores and testbeds
 StoreOpt = Annotated[Optional[Path], typer.Option(

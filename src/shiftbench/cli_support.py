@@ -5,9 +5,12 @@ commands, the checks of count, device and output options, and the one-line error
 from __future__ import annotations
 
 import errno
+import json
 import math
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,6 +18,7 @@ from rich.console import Console
 from rich.table import Table as _RichTable
 
 from shiftbench.errors import ConfigError, ShiftbenchError, as_missing_extra
+from shiftbench.setting_names import SETTING_ALIASES
 
 if TYPE_CHECKING:   # the analysis, the testbeds and rich.progress are imported where used: a fast `--help`
     from rich.progress import Progress
@@ -38,7 +42,8 @@ def Table(*headers: str, **kwargs) -> _RichTable:  # noqa: N802 - a drop-in for 
 def testbed_from_options(testbeds: list[str] | None, store: Path | None = None,
                          fractions: bool | None = None) -> Testbed:
     """The testbeds given (``--testbed``, repeatable, and ``--store``) merged left to right; what
-    the merge did (example counts taken from a reference, aliases) goes to stderr. ``fractions``:
+    the merge did (example counts taken from a reference, aliases) goes to stderr; an alias column
+    (``imagenetv2``) whose reference name the testbed lacks is renamed to it. ``fractions``:
     ``--fractions``/``--percent``, the unit of the table files (``load_testbed(fractions=...)``)."""
     if not testbeds and store is None:
         raise ConfigError("no testbed given; pass --testbed imagenet-reference (or timm-reference, a "
@@ -50,7 +55,10 @@ def testbed_from_options(testbeds: list[str] | None, store: Path | None = None,
     from shiftbench.reference import load_testbed  # deferred: loads pandas
 
     tb = load_testbed(list(testbeds or []), store=store, fractions=fractions)
-    for note in tb.notes:
+    # the options read setting aliases as the reference names (cli_options.canonical_settings): a
+    # lone table's alias columns are renamed the same way, as a merge onto a reference renames them
+    tb, renamed = tb._renamed_aliases(SETTING_ALIASES, ())
+    for note in [*tb.notes, *renamed]:
         err.print(f"note: {note}")
     return tb
 
@@ -100,6 +108,36 @@ def clean(value):
     return value
 
 
+def jsonable(value):
+    """``value`` made JSON-safe all the way down: :func:`clean` on scalars, paths as strings,
+    mappings and sequences (tuples, numpy arrays) walked."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "tolist") and getattr(value, "ndim", 0):
+        return jsonable(value.tolist())
+    return clean(value)
+
+
+def print_json(value) -> None:
+    """The one JSON value a ``--json`` command prints on stdout (see :func:`jsonable`)."""
+    print(json.dumps(jsonable(value)))
+
+
+@contextmanager
+def notes_to_stderr(on: bool = True) -> Iterator[None]:
+    """While ``on`` (a ``--json`` run): what would go to stdout (notes, tables) goes to stderr,
+    so stdout holds only the JSON value printed after it."""
+    if not on:
+        yield
+        return
+    with redirect_stdout(sys.stderr):
+        yield
+
+
 def progress() -> Progress:
     """A progress bar on stderr (rich), as every long command shows."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn  # deferred: not for `--help`
@@ -110,7 +148,7 @@ def progress() -> Progress:
 
 # ---------------------------------------------------------------------------- checks at the boundary
 def check_count(value: int | None, option: str, *, minimum: int = 1, what: str = "") -> int | None:
-    """``value`` of a count option (``--resamples``, ``--n-boot``, ...) if it is at least
+    """``value`` of a count option (``--resamples``, ``--limit``, ...) if it is at least
     ``minimum`` (``None`` passes: the option was not given), else a ConfigError naming the option."""
     if value is not None and value < minimum:
         floor = "a positive number" if minimum == 1 else f"{minimum} or more"
@@ -119,7 +157,7 @@ def check_count(value: int | None, option: str, *, minimum: int = 1, what: str =
 
 
 def check_output_parent(path: Path, option: str) -> Path:
-    """``path`` (a file to write, e.g. ``--export``) if its folder exists, else a ConfigError
+    """``path`` (a file to write, e.g. ``results -o``) if its folder exists, else a ConfigError
     saying which folder is missing (it is not created: a typo should not make folders); a folder
     at ``path`` itself is a ConfigError too."""
     parent = path.expanduser().parent
@@ -143,9 +181,45 @@ def output_folder(path: Path, option: str = "-o") -> Path:
     return path
 
 
+# ---------------------------------------------------------------------------- old spellings
+#: option spellings of earlier versions -> (the spelling now, what it names): one spelling per
+#: concept in every command (ID and shifted settings --x/--y, bootstrap counts --resamples, files
+#: written -o/--output, -m only for --model); main() answers an old one with one line. A third
+#: item limits the entry to those commands (``-m`` is an old spelling only in ``carve``)
+OLD_SPELLINGS: dict[str, tuple] = {
+    "--id": ("--x", "the in-distribution setting"),
+    "--ood": ("--y", "the shifted setting"),
+    "--shift": ("--y", "the shifted setting"),
+    "--natural": ("--y", "the shifted setting"),
+    "--n-boot": ("--resamples", "the bootstrap resamples"),
+    "--export": ("--output", "the file written; -o for short"),
+    "--csv": ("--output", "the file written; -o for short"),
+    "-m": ("--manifest", "the manifest; -m is --model", ("carve",)),
+}
+
+
+def old_spelling(argv: list[str] | tuple[str, ...], options_of) -> str | None:
+    """The one line for the first old option spelling (:data:`OLD_SPELLINGS`) in ``argv`` that
+    its command does not take, e.g. ``no such option --id (it is --x now: the in-distribution
+    setting)``; ``None`` if there is none. ``options_of(argv)`` gives the option names of the
+    command ``argv`` runs (called only when an old spelling is there)."""
+    args = list(argv[:argv.index("--")] if "--" in argv else argv)
+    used = [a.partition("=")[0] for a in args if a.partition("=")[0] in OLD_SPELLINGS]
+    if not used:
+        return None
+    known = options_of(args)
+    command = next((a for a in args if not a.startswith("-")), "")
+    for name in used:
+        new, what, *only = OLD_SPELLINGS[name]
+        if name not in known and (not only or command in only[0]):
+            return (f"no such option {name} (it is {new} now: {what}; see shiftbench {command} --help)"
+                    if command else f"no such option {name} (it is {new} now: {what})")
+    return None
+
+
 # ---------------------------------------------------------------------------- one-line errors
 #: the options whose values are written to, named when an OSError carries no file name
-OUTPUT_OPTIONS = ("--store", "--output", "-o", "--export", "--workspace")
+OUTPUT_OPTIONS = ("--store", "--output", "-o", "--workspace")
 
 
 def output_options(argv: list[str]) -> list[str]:

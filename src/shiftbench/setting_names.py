@@ -13,6 +13,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
+#: other spellings of the reference settings, renamed when a user's table is merged onto a
+#: reference testbed that lacks the spelling itself (the merge says so in ``Testbed.notes``);
+#: the CLI reads them wherever it takes a setting name (``--x imagenet --y imagenetv2``)
+SETTING_ALIASES: dict[str, str] = {
+    "imagenetv2": "imagenetv2-matched-frequency-format-val",
+    "imagenet-v2": "imagenetv2-matched-frequency-format-val",
+    "imagenetv2-mf": "imagenetv2-matched-frequency-format-val",
+    "imagenetv2-matched-frequency-format-val-top1": "imagenetv2-matched-frequency-format-val",
+    "imagenet-val": "val",
+    "imagenet": "val",
+    "objectnet": "objectnet-1.0-beta",
+    "sketch": "imagenet-sketch",
+}
+
+
 #: Custom settings whose path :func:`canonical_setting_name` makes absolute.
 CANONICAL_PREFIXES = ("folder",)
 
@@ -35,6 +50,12 @@ def resolve_user_path(path: str | Path, data_root: str | Path = ".") -> Path:
         return p
     under = Path(data_root).expanduser() / p
     return under if under.exists() else p
+
+
+def setting_alias(name: str) -> str:
+    """The reference spelling of ``name`` when it is one of :data:`SETTING_ALIASES`
+    (``imagenetv2`` -> ``imagenetv2-matched-frequency-format-val``), else ``name``."""
+    return SETTING_ALIASES.get(name, name)
 
 
 def canonical_setting_name(name: str, data_root: str | Path = ".") -> str:

@@ -318,7 +318,7 @@ def hypothesis_shifts(testbed: Testbed, shifts: Iterable[object] | None = None, 
         pairs = [s for s in NATURAL_SHIFTS if s.y in testbed.settings and (x or s.x) in testbed.settings]
         if not pairs:
             raise ConfigError(f"testbed {testbed.name!r} has none of the natural shifts "
-                              f"({', '.join(s.label for s in NATURAL_SHIFTS)}); name shifts with --shift")
+                              f"({', '.join(s.label for s in NATURAL_SHIFTS)}); name shifts with --y")
     else:
         pairs = []
         labels = {s.label.lower(): s for s in NATURAL_SHIFTS} | {s.slug: s for s in NATURAL_SHIFTS}

@@ -50,8 +50,8 @@ def register(app: typer.Typer) -> None:
 
     @app.command("carve")
     def carve_cmd(
-        manifest: Annotated[Path, typer.Option("--manifest", "-m", help="CSV/Parquet manifest: path,label[,group] "
-                                               "plus attribute columns; paths relative to its folder.")],
+        manifest: Annotated[Path, typer.Option("--manifest", help="CSV/Parquet manifest: path,label[,group] plus "
+                                               "attribute columns; paths relative to its folder.")],
         output: Annotated[Path, typer.Option("--output", "-o", help="Folder for train.csv, id-test.csv, "
                                              "ood-<attr>=<value>-<hash>.csv (one per value) and splits.json.")],
         train: Annotated[Optional[list[str]], typer.Option(

@@ -25,9 +25,9 @@ def register(app: typer.Typer) -> None:
 
     @app.command("estimate")
     def estimate_cmd(
-        id_setting: Annotated[str, typer.Option("--id", help="In-distribution setting with labels, e.g. val.",
+        id_setting: Annotated[str, typer.Option("--x", help="In-distribution setting with labels, e.g. val.",
                                                 callback=canonical_settings)],
-        ood_setting: Annotated[str, typer.Option("--ood", help="Shifted setting whose accuracy to estimate (its "
+        ood_setting: Annotated[str, typer.Option("--y", help="Shifted setting whose accuracy to estimate (its "
                                                  "labels are used only to report the error).",
                                                  callback=canonical_settings)],
         store: StoreOpt = DEFAULT_STORE,
@@ -38,7 +38,7 @@ def register(app: typer.Typer) -> None:
                                                "(max-softmax).")] = "ne",
         as_json: JsonOpt = False,
     ) -> None:
-        """Estimate every model's accuracy on --ood from its stored predictions, without the --ood
+        """Estimate every model's accuracy on --y from its stored predictions, without the --y
         labels; where they exist, also the true accuracy, the error and each method's mean absolute error."""
         from shiftbench.analysis.agreement import estimate_ood_accuracy  # deferred: loads pandas, scipy.stats
         from shiftbench.correctness import label_free_inputs  # deferred: loads pyarrow

@@ -14,7 +14,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from shiftbench.cli_options import JsonOpt, SeedOpt, StoreAddOpt, TestbedOpt
+from shiftbench.cli_options import JsonOpt, SeedOpt, StoreAddOpt, TestbedOpt, canonical_settings
 from shiftbench.cli_support import Table, out
 from shiftbench.cli_support import testbed_from_options as _testbed
 
@@ -38,12 +38,13 @@ def register(app: typer.Typer) -> None:
             "--groups", help="Group table (CSV: group, hypothesis, select, baseline; docs/hypotheses.md). Default: the "
             "table shipped for the testbed's name.")] = None,
         x: Annotated[Optional[str], typer.Option(
-            "--x", help="In-distribution setting for every shift (default: each shift's own, e.g. "
+            "--x", callback=canonical_settings, help="In-distribution setting for every shift (default: each "
+            "shift's own, e.g. "
             "val-on-imagenet-r-classes for ImageNet-R).")] = None,
         shift: Annotated[Optional[list[str]], typer.Option(
-            "--shift", help="A natural shift's name (ImageNet-R) or a shifted setting; repeatable. Default: the "
+            "--y", help="A natural shift's name (ImageNet-R) or a shifted setting; repeatable. Default: the "
             "natural shifts the testbed has.")] = None,
-        n_boot: Annotated[int, typer.Option("--n-boot", help="Bootstrap resamples of the models per cell.")] = 1000,
+        n_boot: Annotated[int, typer.Option("--resamples", help="Bootstrap resamples of the models per cell.")] = 1000,
         seed: SeedOpt = 0,
         min_models: Annotated[int, typer.Option(
             "--min-models", help="Fewest models with both accuracies for a verdict.")] = 3,

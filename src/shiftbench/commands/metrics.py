@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from shiftbench.analysis.recipes import DEFAULT_METHOD, DEFAULT_RESAMPLES, METHODS
-from shiftbench.cli_options import JsonOpt, SeedOpt, StoreAddOpt, TestbedOpt
+from shiftbench.cli_options import JsonOpt, SeedOpt, StoreAddOpt, TestbedOpt, canonical_settings
 from shiftbench.cli_support import Table, out
 from shiftbench.cli_support import clean as _clean
 from shiftbench.cli_support import fit_on as _fit_on
@@ -39,7 +39,8 @@ def informativeness_cmd(
     store: StoreAddOpt = None,
     method: Annotated[str, typer.Option("--method", help="Recipe: " + "; ".join(
         f"{k}: {v[0]} ({v[1]})" for k, v in METHODS.items()) + ".")] = DEFAULT_METHOD,
-    x: Annotated[str, typer.Option("--x", help="In-distribution setting every classifier gets.")] = "val",
+    x: Annotated[str, typer.Option("--x", help="In-distribution setting every classifier gets.",
+                                       callback=canonical_settings)] = "val",
     group: Annotated[Optional[list[str]], typer.Option(
         "--group", help="Model types to use (repeat or comma-separate; default every type with "
         "--min-models-per-group models).")] = None,
@@ -122,7 +123,8 @@ def informativeness_cmd(
 def diagnostics_cmd(
     testbed: TestbedOpt = None,
     store: StoreAddOpt = None,
-    x: Annotated[Optional[str], typer.Option("--x", help="Diagnose every setting against this one (default: the "
+    x: Annotated[Optional[str], typer.Option("--x", callback=canonical_settings,
+                                             help="Diagnose every setting against this one (default: the "
                                              "natural shifts the report analyses).")] = None,
     scale: Annotated[Optional[list[str]], typer.Option(
         "--scale", help="Scalings to compare (repeat or comma-separate; default logit, probit, linear).")] = None,

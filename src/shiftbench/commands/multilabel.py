@@ -80,10 +80,10 @@ def register(app: typer.Typer) -> None:
 
     @app.command("multilabel")
     def multilabel_cmd(
-        id_setting: Annotated[str, typer.Option("--id", help="The in-distribution (IID) multi-label setting (or a "
+        id_setting: Annotated[str, typer.Option("--x", help="The in-distribution (IID) multi-label setting (or a "
                                                 "carved split's name, e.g. id-test).")],
         store: StoreOpt = DEFAULT_STORE,
-        ood: Annotated[Optional[list[str]], typer.Option("--ood", help="OOD settings (repeat); default: every "
+        ood: Annotated[Optional[list[str]], typer.Option("--y", help="OOD settings (repeat); default: every "
                                                          "other setting with mAP in the store.")] = None,
         as_json: JsonOpt = False,
     ) -> None:

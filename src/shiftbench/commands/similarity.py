@@ -13,7 +13,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from shiftbench.cli_options import DEFAULT_STORE, JsonOpt, ModelsOpt, OneTestbedOpt, StoreOpt
+from shiftbench.cli_options import DEFAULT_STORE, JsonOpt, ModelsOpt, OneTestbedOpt, StoreOpt, canonical_settings
 from shiftbench.cli_support import Table, check_count, out
 from shiftbench.errors import ConfigError
 
@@ -43,7 +43,8 @@ def register(app: typer.Typer) -> None:
 
     @app.command("similarity")
     def similarity_cmd(
-        setting: Annotated[str, typer.Option("--setting", "-s", help="Setting whose stored predictions to compare "
+        setting: Annotated[str, typer.Option("--setting", "-s", callback=canonical_settings,
+                                             help="Setting whose stored predictions to compare "
                                              "(shiftbench results lists them).")],
         output: Annotated[Path, typer.Option("--output", "-o", help="Folder for pairs.csv, the two matrices (CSV), "
                                              "unsolved.csv and similarity.png.")],

@@ -17,13 +17,14 @@ from shiftbench.cli_options import (
     BatchSizeOpt,
     DataRootOpt,
     DeviceOpt,
+    JsonOpt,
     LimitOpt,
     ModelOpt,
     PartialOpt,
     SettingOpt,
     StoreOpt,
 )
-from shiftbench.cli_support import Table, out
+from shiftbench.cli_support import Table, notes_to_stderr, out, print_json
 
 
 def _resolutions(text: str | None) -> tuple[int, ...] | None:
@@ -66,15 +67,30 @@ def register(app: typer.Typer) -> None:
         batch_size: BatchSizeOpt = 64,
         device: DeviceOpt = None,
         partial: PartialOpt = False,
+        as_json: JsonOpt = False,
     ) -> None:
-        """Accuracy of one model at each test resolution (FixRes); stored as a study for the report."""
+        """Accuracy of one model at each test resolution (FixRes); stored as a study for the report.
+
+        --json: {"model", "setting", "study", "store", "native_resolution", "best_resolution",
+        "accuracy": {resolution: top-1 %}, "rows": [{"resolution", "resize", "accuracy", "top5",
+        "n_examples", "best", "error"}]}."""
         from shiftbench.models.device import check_device  # deferred: shiftbench.models loads numpy
         from shiftbench.studies.resolution import RESOLUTIONS, resolution_sweep  # deferred: loads Pillow, loads pyarrow
 
-        frame = resolution_sweep(model, setting, _resolutions(resolutions) or RESOLUTIONS, data_root=data_root,
-                                 store=store, adjust_resize_ratio=adjust, limit=limit, batch_size=batch_size,
-                                 device=check_device(device), partial=partial, progress=True)
+        with notes_to_stderr(as_json):
+            frame = resolution_sweep(model, setting, _resolutions(resolutions) or RESOLUTIONS, data_root=data_root,
+                                     store=store, adjust_resize_ratio=adjust, limit=limit, batch_size=batch_size,
+                                     device=check_device(device), partial=partial, progress=True)
         native = int(frame["native_resolution"].iloc[0])
+        if as_json:
+            best = frame.loc[frame["best"].astype(bool), "resolution"]
+            print_json({"model": frame["base_model"].iloc[0], "setting": setting, "study": frame.attrs["study"],
+                        "store": str(store), "native_resolution": native,
+                        "best_resolution": int(best.iloc[0]) if len(best) else None,
+                        "accuracy": {str(int(r)): a for r, a in zip(frame["resolution"], frame["accuracy"])},
+                        "rows": frame[["resolution", "resize", "accuracy", "top5", "n_examples", "best",
+                                       "error"]].to_dict("records")})
+            return
         table = Table("resolution", "resize", "top-1 %", "top-5 %", "examples", "", title=(
             f"{frame['base_model'].iloc[0]} on {setting}: resolution sweep (native {native}), "
             f"study {frame.attrs['study']!r} in {store}"))
@@ -94,17 +110,28 @@ def register(app: typer.Typer) -> None:
         limit: LimitOpt = None,
         batch_size: BatchSizeOpt = 64,
         device: DeviceOpt = None,
+        as_json: JsonOpt = False,
     ) -> None:
-        """SI-SCORE-style compositing: accuracy per object size, rotation and location; stored as a study."""
+        """SI-SCORE-style compositing: accuracy per object size, rotation and location; stored as a study.
+
+        --json: {"model", "setting", "study", "store", "accuracy", "n_examples", "factors": [{"factor",
+        "value", "label", "accuracy", "n"}] (location rows included, with their "normalised" map value)}."""
         from shiftbench.models.device import check_device  # deferred: shiftbench.models loads numpy
         from shiftbench.studies.compositing import (  # deferred: loads Pillow, loads pyarrow
             compositing_study,
             heatmap_from_study,
         )
 
-        frame = compositing_study(model, str(spec), data_root=data_root, store=store, limit=limit,
-                                  batch_size=batch_size, device=check_device(device), progress=True)
+        with notes_to_stderr(as_json):
+            frame = compositing_study(model, str(spec), data_root=data_root, store=store, limit=limit,
+                                      batch_size=batch_size, device=check_device(device), progress=True)
         a = frame.attrs
+        if as_json:
+            print_json({"model": frame["model"].iloc[0], "setting": frame["setting"].iloc[0], "study": a["study"],
+                        "store": str(store), "accuracy": a["accuracy"], "n_examples": a["n_examples"],
+                        "factors": frame.drop(columns=[c for c in ("model", "setting") if c in frame.columns])
+                        .to_dict("records")})
+            return
         out.print(f"{frame['model'].iloc[0]} on {frame['setting'].iloc[0]}: top-1 {a['accuracy']:.2f}% over "
                   f"{a['n_examples']:,} images; study {a['study']!r} in {store}")
         table = Table("factor", "value", "top-1 %", "images", title="accuracy per factor value")

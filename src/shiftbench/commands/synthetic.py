@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from shiftbench.analysis.recipes import NATURAL_DEFAULT
-from shiftbench.cli_options import JsonOpt, StoreAddOpt, TestbedOpt
+from shiftbench.cli_options import JsonOpt, StoreAddOpt, TestbedOpt, canonical_settings
 from shiftbench.cli_support import Table, out
 from shiftbench.cli_support import testbed_from_options as _testbed
 from shiftbench.errors import ConfigError
@@ -59,13 +59,15 @@ def register(app: typer.Typer) -> None:
             "--recipe", help="taori2020 (effective robustness of the average accuracy over ImageNet-C in-memory and "
             "on-disk, Stylized ImageNet and greyscale; Taori et al. 2020 §4.2) or per-setting (mean of each "
             "in-memory setting's effective robustness).")] = "taori2020",
-        natural: Annotated[str, typer.Option("--natural", help="The natural shift.")] = NATURAL_DEFAULT,
-        x: Annotated[str, typer.Option("--x", help="In-distribution setting.")] = "val",
+        natural: Annotated[str, typer.Option("--y", help="The natural shift (its setting).",
+                                             callback=canonical_settings)] = NATURAL_DEFAULT,
+        x: Annotated[str, typer.Option("--x", help="In-distribution setting.", callback=canonical_settings)] = "val",
         fallback: Annotated[bool, typer.Option(
             "--fallback", help="When the testbed lacks settings the recipe needs, use those it has (and say so) "
             "instead of failing.")] = False,
         csv: Annotated[Optional[Path], typer.Option(
-            "--csv", help="Write the per-model table (with the recipe, its description and paper) to this CSV.")] = None,
+            "--output", "-o", help="Write the per-model table (with the recipe, its description and paper) to this "
+            "CSV.")] = None,
         as_json: JsonOpt = False,
     ) -> None:
         """Pearson r between effective robustness on synthetic shifts (ImageNet-C average; PGD) and on a

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from shiftbench.cli_options import JsonOpt, OneTestbedOpt, ScaleOpt, StoreOpt
+from shiftbench.cli_options import JsonOpt, OneTestbedOpt, ScaleOpt, StoreOpt, canonical_settings
 from shiftbench.cli_support import Table, out
 from shiftbench.errors import ConfigError, DataError, ShiftbenchError
 
@@ -39,9 +39,11 @@ def register(app: typer.Typer) -> None:
         name: Annotated[Optional[list[str]], typer.Option("--name", help="Trajectory name (repeatable; default all).")]
         = None,
         testbed: OneTestbedOpt = None,
-        x: Annotated[Optional[str], typer.Option("--x", help="In-distribution setting (default: the trajectory's).")]
+        x: Annotated[Optional[str], typer.Option("--x", help="In-distribution setting (default: the trajectory's).",
+                                                         callback=canonical_settings)]
         = None,
-        y: Annotated[Optional[str], typer.Option("--y", help="Shifted setting (default: its first shifted one).")]
+        y: Annotated[Optional[str], typer.Option("--y", help="Shifted setting (default: its first shifted one).",
+                                                         callback=canonical_settings)]
         = None,
         scale: ScaleOpt = "logit",
         output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write figures (PNG/PDF) and a CSV here.")]

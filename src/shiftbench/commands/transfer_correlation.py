@@ -13,7 +13,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from shiftbench.cli_options import JsonOpt, SeedOpt, StoreAddOpt, TestbedOpt
+from shiftbench.cli_options import JsonOpt, SeedOpt, StoreAddOpt, TestbedOpt, canonical_settings
 from shiftbench.cli_support import Table, check_count, out
 from shiftbench.cli_support import testbed_from_options as _testbed
 
@@ -33,7 +33,8 @@ def register(app: typer.Typer) -> None:
 
     @app.command("transfer-correlation")
     def transfer_correlation_cmd(
-        x: Annotated[str, typer.Option("--x", help="The in-distribution setting (its accuracy is partialled out).")],
+        x: Annotated[str, typer.Option("--x", help="The in-distribution setting (its accuracy is partialled out).",
+                                       callback=canonical_settings)],
         testbed: TestbedOpt = None,
         store: StoreAddOpt = None,
         groups: Annotated[Optional[Path], typer.Option(
@@ -41,7 +42,7 @@ def register(app: typer.Typer) -> None:
         protocol: Annotated[str, typer.Option("--protocol", help="linear or finetune.")] = "linear",
         metric: Annotated[Optional[list[str]], typer.Option(
             "--metric", help="Only these metrics (repeat), e.g. er:uci-digits or acc:corruptions.")] = None,
-        n_boot: Annotated[int, typer.Option("--n-boot", help="Bootstrap resamples of the models.")] = 1000,
+        n_boot: Annotated[int, typer.Option("--resamples", help="Bootstrap resamples of the models.")] = 1000,
         seed: SeedOpt = 0,
         as_json: JsonOpt = False,
     ) -> None:
@@ -50,7 +51,7 @@ def register(app: typer.Typer) -> None:
         over models, and the partial correlation given ID accuracy."""
         from shiftbench.analysis.transferability import robustness_transfer_correlation  # deferred: loads scipy
 
-        check_count(n_boot, "--n-boot", minimum=0, what="bootstrap resamples (0: no interval; default 1000)")
+        check_count(n_boot, "--resamples", minimum=0, what="bootstrap resamples (0: no interval; default 1000)")
         tb = _testbed(testbed, store)
         res = robustness_transfer_correlation(tb, x, groups=groups, protocol=protocol, metrics=metric,
                                               n_boot=n_boot, seed=seed)

@@ -47,18 +47,7 @@ def _build(name: str) -> Testbed:
     return _REGISTRY[name][0]()
 
 
-#: other spellings of the reference settings, renamed when a user's table is merged onto a
-#: reference testbed that lacks the spelling itself (the merge says so in ``Testbed.notes``)
-SETTING_ALIASES: dict[str, str] = {
-    "imagenetv2": "imagenetv2-matched-frequency-format-val",
-    "imagenet-v2": "imagenetv2-matched-frequency-format-val",
-    "imagenetv2-mf": "imagenetv2-matched-frequency-format-val",
-    "imagenetv2-matched-frequency-format-val-top1": "imagenetv2-matched-frequency-format-val",
-    "imagenet-val": "val",
-    "imagenet": "val",
-    "objectnet": "objectnet-1.0-beta",
-    "sketch": "imagenet-sketch",
-}
+from shiftbench.setting_names import SETTING_ALIASES  # noqa: E402  (re-exported; stdlib-only for the CLI)
 
 
 def load_testbed(name_or_path: str | Path | Testbed | Sequence[str | Path | Testbed], *,
