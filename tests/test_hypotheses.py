@@ -66,7 +66,7 @@ GROUPS = pd.DataFrame({
 
 
 def test_groups_above_below_and_on_the_line_get_helps_hurts_and_no_evidence() -> None:
-    res = hypotheses_table(toy(), GROUPS, n_boot=500, seed=1)
+    res = hypotheses_table(toy(), GROUPS, n_resamples=500, seed=1)
     rows = res.rows.set_index("group")
     assert list(rows["shift"].unique()) == ["ImageNetV2"]
     assert rows.loc["above", "verdict"] == "helps" and rows.loc["above", "mean_er"] == pytest.approx(4.5, abs=1e-6)
@@ -77,7 +77,7 @@ def test_groups_above_below_and_on_the_line_get_helps_hurts_and_no_evidence() ->
 
 def test_the_interval_is_a_percentile_bootstrap_over_models_computed_independently() -> None:
     tb = toy()
-    res = hypotheses_table(tb, GROUPS, n_boot=700, seed=3)
+    res = hypotheses_table(tb, GROUPS, n_resamples=700, seed=3)
     row = res.rows.set_index("group").loc["on the line"]
     std = [f"std{i}" for i in range(6)]
     slope, intercept = np.polyfit(_logit(tb.accuracies.loc[std, "val"]), _logit(tb.accuracies.loc[std, V2]), 1)
@@ -92,7 +92,7 @@ def test_the_interval_is_a_percentile_bootstrap_over_models_computed_independent
 
 def test_relative_robustness_against_a_fixed_baseline() -> None:
     tb = toy()
-    row = hypotheses_table(tb, GROUPS, n_boot=200).rows.set_index("group").loc["above"]
+    row = hypotheses_table(tb, GROUPS, n_resamples=200).rows.set_index("group").loc["above"]
     want = tb.accuracies.loc[["up0", "up1", "up2", "up3"], V2] - tb.accuracies.at["std2", V2]
     assert row["n_pairs"] == 4 and row["mean_rr"] == pytest.approx(want.mean())
     assert row["rr_low"] <= row["mean_rr"] <= row["rr_high"] and row["rr_verdict"] in ("helps", "no evidence")
@@ -100,15 +100,15 @@ def test_relative_robustness_against_a_fixed_baseline() -> None:
 
 
 def test_a_group_under_the_minimum_gets_too_few_models_and_no_interval() -> None:
-    row = hypotheses_table(toy(), GROUPS, n_boot=200).rows.set_index("group").loc["two only"]
+    row = hypotheses_table(toy(), GROUPS, n_resamples=200).rows.set_index("group").loc["two only"]
     assert row["verdict"] == "too few models" and row["n_models"] == 2
     assert np.isnan(row["low"]) and np.isnan(row["high"])
-    row = hypotheses_table(toy(), GROUPS, n_boot=200, min_models=2).rows.set_index("group").loc["two only"]
+    row = hypotheses_table(toy(), GROUPS, n_resamples=200, min_models=2).rows.set_index("group").loc["two only"]
     assert row["verdict"] == "helps"
 
 
 def test_a_selector_matching_nothing_is_a_row_with_a_note_not_an_error() -> None:
-    row = hypotheses_table(toy(), GROUPS, n_boot=200).rows.set_index("group").loc["nothing"]
+    row = hypotheses_table(toy(), GROUPS, n_resamples=200).rows.set_index("group").loc["nothing"]
     assert row["n_models"] == 0 and row["verdict"] == "no models" and "arch~vit*" in row["note"]
     models, notes = select_models(toy(), "no_such_model")
     assert models == [] and "no_such_model" in notes[0]
@@ -124,7 +124,7 @@ def test_selectors_combine_types_globs_metadata_and_negation() -> None:
 def test_baseline_templates_take_the_first_model_that_exists() -> None:
     tb = toy().with_metadata(base={"up0": "std1", "up1": "std1", "up2": "nope", "up3": "std4"})
     groups = pd.DataFrame({"group": ["a"], "hypothesis": ["x"], "select": ["up*"], "baseline": ["{base}|std0"]})
-    row = hypotheses_table(tb, groups, n_boot=100).rows.iloc[0]
+    row = hypotheses_table(tb, groups, n_resamples=100).rows.iloc[0]
     acc = tb.accuracies[V2]
     expected = np.mean([acc["up0"] - acc["std1"], acc["up1"] - acc["std1"], acc["up2"] - acc["std0"],
                         acc["up3"] - acc["std4"]])
@@ -134,7 +134,7 @@ def test_baseline_templates_take_the_first_model_that_exists() -> None:
 def test_same_column_baselines_average_the_matching_standard_models() -> None:
     tb = toy().with_metadata(arch={"up0": "cnn1", "up1": "cnn1", "up2": "cnn4", "up3": "zzz", "std5": "cnn4"})
     same = pd.DataFrame({"group": ["s"], "hypothesis": ["x"], "select": ["up*"], "baseline": ["same:arch"]})
-    row = hypotheses_table(tb, same, n_boot=100).rows.iloc[0]
+    row = hypotheses_table(tb, same, n_resamples=100).rows.iloc[0]
     acc = tb.accuracies[V2]
     base4 = (acc["std4"] + acc["std5"]) / 2
     expected = np.mean([acc["up0"] - acc["std1"], acc["up1"] - acc["std1"], acc["up2"] - base4])

@@ -35,7 +35,7 @@ def test_map_is_sklearns_macro_average_precision_over_classes_with_positives():
     s, y = scored()
     y[:, 4] = False  # a class nobody has
     sets = [tuple(np.flatnonzero(r)) for r in y]
-    r = mean_average_precision(s, sets, n_boot=0, class_names=list("abcdef"))
+    r = mean_average_precision(s, sets, n_resamples=0, class_names=list("abcdef"))
     have = [0, 1, 2, 3, 5]
     assert r.map == pytest.approx(100 * average_precision_score(y[:, have], s[:, have], average="macro"))
     assert r.per_class[2] == pytest.approx(100 * average_precision_score(y[:, 2], s[:, 2]))
@@ -56,9 +56,9 @@ def test_resampled_ap_is_sklearns_weighted_ap_with_ties():
 
 def test_bootstrap_interval_is_seeded_holds_the_estimate_and_narrows_with_more_examples():
     s, y = scored(n=2000)
-    big = mean_average_precision(s, y, n_boot=400, seed=3)
-    again = mean_average_precision(s, y, n_boot=400, seed=3)
-    small = mean_average_precision(s[:200], y[:200], n_boot=400, seed=3)
+    big = mean_average_precision(s, y, n_resamples=400, seed=3)
+    again = mean_average_precision(s, y, n_resamples=400, seed=3)
+    small = mean_average_precision(s[:200], y[:200], n_resamples=400, seed=3)
     assert (big.low, big.high) == (again.low, again.high)
     assert big.low < big.map < big.high
     assert (small.high - small.low) > 2 * (big.high - big.low)

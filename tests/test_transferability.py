@@ -44,18 +44,18 @@ def test_spearman_and_partial_match_independent_computations():
     rng = np.random.default_rng(1)
     c = rng.normal(size=50)
     m, t = c + rng.normal(size=50), c + 0.5 * rng.normal(size=50)
-    r = spearman_with_interval(m, t, c, n_boot=0)
+    r = spearman_with_interval(m, t, c, n_resamples=0)
     assert r["rho"] == pytest.approx(stats.spearmanr(m, t).statistic)
     assert r["partial_rho"] == pytest.approx(_partial_by_residuals(m, t, c))
     # the percentile bootstrap interval over models, as an independent loop computes it
-    boot = spearman_with_interval(m, t, c, n_boot=400, seed=5)
+    boot = spearman_with_interval(m, t, c, n_resamples=400, seed=5)
     idx = np.random.default_rng(5).integers(0, 50, size=(400, 50))
     loop = [stats.spearmanr(m[i], t[i]).statistic for i in idx]
     assert (boot["low"], boot["high"]) == pytest.approx(tuple(np.quantile(loop, [0.025, 0.975])))
 
 
 def test_a_metric_that_shares_the_natural_tasks_robustness_term_says_more_than_id_accuracy():
-    res = robustness_transfer_correlation(planted(), "mnist-test", groups=GROUPS, n_boot=500)
+    res = robustness_transfer_correlation(planted(), "mnist-test", groups=GROUPS, n_resamples=500)
     rows = res.rows.set_index(["metric", "group"])
     uci = rows.loc[("er:uci", "natural")]
     assert uci["partial_low"] > 0.5 and uci["n_models"] == 40
@@ -70,9 +70,9 @@ def test_a_metric_that_shares_the_natural_tasks_robustness_term_says_more_than_i
 
 
 def test_the_shared_resamples_give_what_each_cell_alone_gives():
-    res = robustness_transfer_correlation(planted(), "mnist-test", groups=GROUPS, n_boot=300, seed=2)
+    res = robustness_transfer_correlation(planted(), "mnist-test", groups=GROUPS, n_resamples=300, seed=2)
     alone = spearman_with_interval(res.metrics["acc:uci"].to_numpy(), res.targets["natural"].to_numpy(),
-                                   res.metrics["acc:mnist-test"].to_numpy(), n_boot=300, seed=2)
+                                   res.metrics["acc:mnist-test"].to_numpy(), n_resamples=300, seed=2)
     row = res.rows.set_index(["metric", "group"]).loc[("acc:uci", "natural")]
     for k, v in alone.items():
         assert row[k] == pytest.approx(v)

@@ -354,7 +354,7 @@ def plot_cmd(x: XOpt, y: YOpt,
     fit = _fit(tb, x, y, scale, _fit_on(fit_on), _pivot(pivot))
     _fit_used(tb, fit)
     marked = [tb.check_model(m) for m in highlight] if highlight else tb.added
-    path = save_figure(plot_trend(tb, x, y, fit=fit, ci=ci, highlight=marked), output)
+    path = save_figure(plot_trend(tb, x, y, fit=fit, confidence=ci, highlight=marked), output)
     if as_json:
         d = fit.to_dict()
         _print_json({"files": [str(path)], "x": x, "y": y, "scale": scale,

@@ -12,8 +12,8 @@ an intervention, and for every group ``G`` and shift ``(x, y)``
   the standard models exactly as :func:`~shiftbench.analysis.placement.fit_shift` fits it (logit
   scale, ImageNet-A piecewise around ResNet-50) and ``rho`` from
   :func:`~shiftbench.analysis.effective_robustness`;
-* its **95% percentile bootstrap interval over models** ``[low, high]``: ``n_boot`` resamples of
-  the group's ``n`` models with replacement, drawn as ``rng.integers(0, n, size=(n_boot, n))``
+* its **95% percentile bootstrap interval over models** ``[low, high]``: ``n_resamples`` resamples of
+  the group's ``n`` models with replacement, drawn as ``rng.integers(0, n, size=(n_resamples, n))``
   with ``rng = numpy.random.default_rng(seed)`` afresh for every cell (so each cell is
   reproducible on its own), and the ``2.5`` and ``97.5`` percentiles of the resampled means;
 * where the group names each model's baseline ``f0`` (the same network without the
@@ -65,7 +65,7 @@ Example
 ...     "val": [60.0, 65.0, 70.0, 75.0, 62.0, 68.0, 72.0], "v2": [50.0, 55.0, 60.0, 65.0, 58.0, 63.0, 67.0]}))
 >>> groups = pd.DataFrame({"group": ["robust"], "hypothesis": ["diverse data augmentation"],
 ...                        "select": ["ROBUST_INTV"], "baseline": ["s2"]})
->>> table = hypotheses_table(tb, groups, shifts=[("val", "v2")], n_boot=200)
+>>> table = hypotheses_table(tb, groups, shifts=[("val", "v2")], n_resamples=200)
 >>> row = table.rows.iloc[0]
 >>> row["verdict"], int(row["n_models"]), round(float(row["mean_er"]), 1)
 ('helps', 3, 5.4)
@@ -347,16 +347,16 @@ def hypothesis_shifts(testbed: Testbed, shifts: Iterable[object] | None = None, 
 
 
 # ---------------------------------------------------------------------------- statistics
-def bootstrap_mean_interval(values: np.ndarray, n_boot: int = 1000, seed: int = 0,
+def bootstrap_mean_interval(values: np.ndarray, n_resamples: int = 1000, seed: int = 0,
                             confidence: float = 0.95) -> tuple[float, float]:
     """Percentile bootstrap interval of the mean of ``values`` (resampling them with
-    replacement): ``rng = default_rng(seed)``, indices ``rng.integers(0, n, (n_boot, n))``, and
-    the ``(1 - confidence)/2`` and ``(1 + confidence)/2`` quantiles of the ``n_boot`` means.
-    Vectorised: one ``(n_boot, n)`` gather, no Python loop over resamples."""
+    replacement): ``rng = default_rng(seed)``, indices ``rng.integers(0, n, (n_resamples, n))``, and
+    the ``(1 - confidence)/2`` and ``(1 + confidence)/2`` quantiles of the ``n_resamples`` means.
+    Vectorised: one ``(n_resamples, n)`` gather, no Python loop over resamples."""
     v = np.asarray(values, dtype=float)
-    if v.size == 0 or n_boot < 1:
+    if v.size == 0 or n_resamples < 1:
         return (math.nan, math.nan)
-    idx = np.random.default_rng(seed).integers(0, v.size, size=(n_boot, v.size))
+    idx = np.random.default_rng(seed).integers(0, v.size, size=(n_resamples, v.size))
     means = v[idx].mean(axis=1)
     lo, hi = np.percentile(means, [50 * (1 - confidence), 50 * (1 + confidence)])
     return float(lo), float(hi)
@@ -388,7 +388,7 @@ class HypothesesTable:
     rows: pd.DataFrame
     testbed: str
     groups_source: str
-    n_boot: int
+    n_resamples: int
     seed: int
     confidence: float
     min_models: int
@@ -413,7 +413,7 @@ class HypothesesTable:
     def summary(self) -> str:
         """One line per group: the shifts where it helps, hurts, and the rest."""
         lines = [f"Hypotheses on {self.testbed} ({self.groups_source}): mean effective robustness per group, "
-                 f"{self.confidence:.0%} bootstrap over models ({self.n_boot} resamples, seed {self.seed})"]
+                 f"{self.confidence:.0%} bootstrap over models ({self.n_resamples} resamples, seed {self.seed})"]
         for group, part in self.rows.groupby("group", sort=False):
             by = {v: list(part.loc[part["verdict"] == v, "shift"]) for v in VERDICTS}
             said = [f"{v} on {', '.join(by[v])}" for v in VERDICTS if by[v]]
@@ -451,7 +451,7 @@ def hypotheses_table(
     *,
     x: str | None = None,
     shifts: Iterable[object] | None = None,
-    n_boot: int = 1000,
+    n_resamples: int = 1000,
     seed: int = 0,
     min_models: int = MIN_MODELS,
     confidence: float = 0.95,
@@ -470,8 +470,8 @@ def hypotheses_table(
     x, shifts:
         In-distribution setting replacing every shift's own, and the shifts
         (:func:`hypothesis_shifts`; default the natural shifts the testbed has).
-    n_boot, seed, confidence:
-        The percentile bootstrap over models (``n_boot=0``: no intervals).
+    n_resamples, seed, confidence:
+        The percentile bootstrap over models (``n_resamples=0``: no intervals).
     min_models:
         Fewest models with both accuracies for a verdict (else ``too few models``).
     scale, fit_on:
@@ -486,8 +486,8 @@ def hypotheses_table(
     table = load_groups(groups)
     if min_models < 1:
         raise ConfigError(f"min_models={min_models} must be at least 1")
-    if n_boot < 0:
-        raise ConfigError(f"n_boot={n_boot} must be 0 or more")
+    if n_resamples < 0:
+        raise ConfigError(f"n_resamples={n_resamples} must be 0 or more")
     explicit = shifts is not None
     pairs = hypothesis_shifts(testbed, shifts, x)
     members = {}
@@ -511,7 +511,7 @@ def hypotheses_table(
             chosen, notes, bases = members[g.group]
             vals = er.reindex(chosen).dropna().to_numpy()
             n = len(vals)
-            low, high = bootstrap_mean_interval(vals, n_boot, seed, confidence) if n >= min_models else (math.nan,) * 2
+            low, high = bootstrap_mean_interval(vals, n_resamples, seed, confidence) if n >= min_models else (math.nan,) * 2
             row = {"group": g.group, "hypothesis": g.hypothesis, "shift": shift.label, "x": shift.x, "y": shift.y,
                    "n_selected": len(chosen), "n_models": n, "mean_er": float(vals.mean()) if n else math.nan,
                    "low": low, "high": high, "verdict": verdict(n, low, high, min_models),
@@ -525,10 +525,10 @@ def hypotheses_table(
                 if k:
                     row["mean_rr"], row["mean_er_diff"] = float(rr.mean()), float(der.mean())
                 if k >= min_models:
-                    row["rr_low"], row["rr_high"] = bootstrap_mean_interval(rr, n_boot, seed, confidence)
-                    row["er_diff_low"], row["er_diff_high"] = bootstrap_mean_interval(der, n_boot, seed, confidence)
+                    row["rr_low"], row["rr_high"] = bootstrap_mean_interval(rr, n_resamples, seed, confidence)
+                    row["er_diff_low"], row["er_diff_high"] = bootstrap_mean_interval(der, n_resamples, seed, confidence)
                 row["rr_verdict"] = verdict(k, row["rr_low"], row["rr_high"], min_models)
             rows.append(row)
     frame = pd.DataFrame(rows, columns=ROW_COLUMNS).astype({"n_selected": int, "n_models": int, "n_pairs": int})
-    return HypothesesTable(frame, testbed.name, str(table.attrs.get("source", "group table")), n_boot, seed,
+    return HypothesesTable(frame, testbed.name, str(table.attrs.get("source", "group table")), n_resamples, seed,
                            confidence, min_models, tuple(used), tuple(notes_out))

@@ -14,7 +14,7 @@ settings) and transfer results (``transfer:<task>`` cells, :mod:`shiftbench.stud
 * **targets**: the mean transfer accuracy per task group (natural, specialized, structured, and
   the mean over all tasks; :func:`~shiftbench.analysis.transfer.transfer_group_means`);
 * per (metric, group): **Spearman's rho** over the models that have both, with a 95% percentile
-  **bootstrap interval over models** (resampling models with replacement, ``n_boot`` times,
+  **bootstrap interval over models** (resampling models with replacement, ``n_resamples`` times,
   ranks recomputed per resample), and the **partial** Spearman correlation with ID accuracy
   partialled out (the correlation of the rank residuals, ``(r_mt - r_mi r_ti) / sqrt((1 - r_mi²)(1 -
   r_ti²))`` on ranks; same bootstrap), which says whether the metric tells more about transfer
@@ -54,7 +54,7 @@ class TransferCorrelation:
     metrics: pd.DataFrame
     targets: pd.DataFrame
     x: str
-    n_boot: int
+    n_resamples: int
     seed: int
     notes: list[str] = field(default_factory=list)
 
@@ -85,11 +85,11 @@ def _partial(r_mt: np.ndarray, r_mi: np.ndarray, r_ti: np.ndarray) -> np.ndarray
 
 
 def spearman_with_interval(metric: np.ndarray, target: np.ndarray, control: np.ndarray | None = None, *,
-                           n_boot: int = 1000, seed: int = 0, confidence: float = 0.95) -> dict[str, float]:
+                           n_resamples: int = 1000, seed: int = 0, confidence: float = 0.95) -> dict[str, float]:
     """Spearman's rho of ``metric`` and ``target`` (1-D, same models, no NaN) with a percentile
     bootstrap interval over models; with ``control``, also the partial rho given ``control``.
 
-    >>> r = spearman_with_interval(np.arange(10.0), np.arange(10.0) ** 2, n_boot=0)
+    >>> r = spearman_with_interval(np.arange(10.0), np.arange(10.0) ** 2, n_resamples=0)
     >>> round(r["rho"], 6)
     1.0
     """
@@ -100,9 +100,9 @@ def spearman_with_interval(metric: np.ndarray, target: np.ndarray, control: np.n
     if c is not None:
         rm, rt, rc = _ranks(m), _ranks(t), _ranks(c)
         out["partial_rho"] = float(_partial(_pearson_rows(rm, rt), _pearson_rows(rm, rc), _pearson_rows(rt, rc)))
-    if n_boot > 0:
+    if n_resamples > 0:
         rng = np.random.default_rng(seed)
-        idx = rng.integers(0, len(m), size=(n_boot, len(m)))
+        idx = rng.integers(0, len(m), size=(n_resamples, len(m)))
         rm, rt = _ranks(m[idx]), _ranks(t[idx])
         boot = _pearson_rows(rm, rt)
         alpha = (1 - confidence) / 2
@@ -117,15 +117,15 @@ def spearman_with_interval(metric: np.ndarray, target: np.ndarray, control: np.n
 class _Resampled:
     """Bootstrap resamples of one (target, control) pair of model columns, ranked once."""
 
-    def __init__(self, target: np.ndarray, control: np.ndarray, n_boot: int, seed: int) -> None:
-        self.t, self.c, self.n_boot = target, control, n_boot
-        self.idx = np.random.default_rng(seed).integers(0, len(target), size=(n_boot, len(target))) if n_boot else None
+    def __init__(self, target: np.ndarray, control: np.ndarray, n_resamples: int, seed: int) -> None:
+        self.t, self.c, self.n_resamples = target, control, n_resamples
+        self.idx = np.random.default_rng(seed).integers(0, len(target), size=(n_resamples, len(target))) if n_resamples else None
         if self.idx is not None:
             self.rt, self.rc = _ranks(target[self.idx]), _ranks(control[self.idx])
             self.r_tc = _pearson_rows(self.rt, self.rc)
 
     def correlate(self, metric: np.ndarray, *, partial: bool, confidence: float) -> dict[str, float]:
-        out = spearman_with_interval(metric, self.t, self.c if partial else None, n_boot=0)
+        out = spearman_with_interval(metric, self.t, self.c if partial else None, n_resamples=0)
         if self.idx is not None:
             rm = _ranks(metric[self.idx])
             boot = _pearson_rows(rm, self.rt)
@@ -189,7 +189,7 @@ def robustness_transfer_correlation(
     protocol: str = "linear",
     extra: pd.DataFrame | None = None,
     metrics: Sequence[str] | None = None,
-    n_boot: int = 1000,
+    n_resamples: int = 1000,
     seed: int = 0,
     min_models: int = 5,
     confidence: float = 0.95,
@@ -215,7 +215,7 @@ def robustness_transfer_correlation(
         base = pd.DataFrame({"t": targets[group], "c": control}).dropna()
         # one set of resamples per group (common random numbers across metrics); the target's and
         # ID accuracy's resampled ranks are computed once and shared by every metric with the same models
-        shared = _Resampled(base["t"].to_numpy(), base["c"].to_numpy(), n_boot, seed) if len(base) else None
+        shared = _Resampled(base["t"].to_numpy(), base["c"].to_numpy(), n_resamples, seed) if len(base) else None
         for metric in table.columns:
             both = base.assign(m=table[metric].reindex(base.index)).dropna()
             row: dict[str, Any] = {"n_models": len(both)}
@@ -226,7 +226,7 @@ def robustness_transfer_correlation(
                 else:
                     row.update(spearman_with_interval(both["m"].to_numpy(), both["t"].to_numpy(),
                                                       None if is_control else both["c"].to_numpy(),
-                                                      n_boot=n_boot, seed=seed, confidence=confidence))
+                                                      n_resamples=n_resamples, seed=seed, confidence=confidence))
             cells[(metric, group)] = row
     for metric in table.columns:
         kind, _, setting = metric.partition(":")
@@ -236,4 +236,4 @@ def robustness_transfer_correlation(
     frame = pd.DataFrame(rows).reindex(columns=COLUMNS)
     if (frame["n_models"] < min_models).any():
         notes.append(f"cells with fewer than {min_models} models are left empty")
-    return TransferCorrelation(frame, table, targets, x, n_boot, seed, notes)
+    return TransferCorrelation(frame, table, targets, x, n_resamples, seed, notes)

@@ -44,7 +44,7 @@ def register(app: typer.Typer) -> None:
         shift: Annotated[Optional[list[str]], typer.Option(
             "--y", help="A natural shift's name (ImageNet-R) or a shifted setting; repeatable. Default: the "
             "natural shifts the testbed has.")] = None,
-        n_boot: Annotated[int, typer.Option("--resamples", help="Bootstrap resamples of the models per cell.")] = 1000,
+        n_resamples: Annotated[int, typer.Option("--resamples", help="Bootstrap resamples of the models per cell.")] = 1000,
         seed: SeedOpt = 0,
         min_models: Annotated[int, typer.Option(
             "--min-models", help="Fewest models with both accuracies for a verdict.")] = 3,
@@ -56,14 +56,14 @@ def register(app: typer.Typer) -> None:
         from shiftbench.analysis.hypotheses import hypotheses_table  # deferred: loads pandas, scipy
 
         tb = _testbed(testbed, store)
-        res = hypotheses_table(tb, groups, x=x, shifts=shift or None, n_boot=n_boot, seed=seed,
+        res = hypotheses_table(tb, groups, x=x, shifts=shift or None, n_resamples=n_resamples, seed=seed,
                                min_models=min_models)
         if as_json:
             print(json.dumps(res.to_json()))
             return
         t = Table("group", "hypothesis", "shift", "n", "mean ER pp [95%]", "verdict", "pairs", "mean RR pp [95%]",
                   title=f"Hypotheses on {res.testbed}: mean effective robustness per group "
-                  f"({res.n_boot} bootstrap resamples of the models, seed {res.seed})")
+                  f"({res.n_resamples} bootstrap resamples of the models, seed {res.seed})")
         for r in res.rows.itertuples(index=False):
             rr = _interval(r.mean_rr, r.rr_low, r.rr_high) if r.n_pairs else "-"
             t.add_row(r.group, r.hypothesis, r.shift, str(r.n_models), _interval(r.mean_er, r.low, r.high),

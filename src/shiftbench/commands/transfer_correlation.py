@@ -42,7 +42,7 @@ def register(app: typer.Typer) -> None:
         protocol: Annotated[str, typer.Option("--protocol", help="linear or finetune.")] = "linear",
         metric: Annotated[Optional[list[str]], typer.Option(
             "--metric", help="Only these metrics (repeat), e.g. er:uci-digits or acc:corruptions.")] = None,
-        n_boot: Annotated[int, typer.Option("--resamples", help="Bootstrap resamples of the models.")] = 1000,
+        n_resamples: Annotated[int, typer.Option("--resamples", help="Bootstrap resamples of the models.")] = 1000,
         seed: SeedOpt = 0,
         as_json: JsonOpt = False,
     ) -> None:
@@ -51,10 +51,10 @@ def register(app: typer.Typer) -> None:
         over models, and the partial correlation given ID accuracy."""
         from shiftbench.analysis.transferability import robustness_transfer_correlation  # deferred: loads scipy
 
-        check_count(n_boot, "--resamples", minimum=0, what="bootstrap resamples (0: no interval; default 1000)")
+        check_count(n_resamples, "--resamples", minimum=0, what="bootstrap resamples (0: no interval; default 1000)")
         tb = _testbed(testbed, store)
         res = robustness_transfer_correlation(tb, x, groups=groups, protocol=protocol, metrics=metric,
-                                              n_boot=n_boot, seed=seed)
+                                              n_resamples=n_resamples, seed=seed)
         if as_json:
             print(json.dumps([{k: (v if isinstance(v, str) else _num(v)) for k, v in r.items()}
                               for r in res.rows.to_dict("records")]))
@@ -62,7 +62,7 @@ def register(app: typer.Typer) -> None:
         groups_seen = list(dict.fromkeys(res.rows["group"]))
         t = Table("metric", *(f"{g} ρ [95%]" for g in groups_seen), *(f"{g} partial" for g in groups_seen),
                   "models", title=f"Robustness vs transfer on {tb.name}: Spearman ρ over models "
-                                  f"({n_boot} bootstrap resamples; partial: given {x} accuracy)")
+                                  f"({n_resamples} bootstrap resamples; partial: given {x} accuracy)")
         for metric_name, rows in res.rows.groupby("metric", sort=False):
             by = rows.set_index("group")
             t.add_row(metric_name, *(_cell(by.at[g, "rho"], by.at[g, "low"], by.at[g, "high"]) for g in groups_seen),

@@ -211,12 +211,12 @@ def multilabel_summary(frame: pd.DataFrame, dataset: ImageDataset) -> dict[str, 
         return {"map": float("nan")}
     scores = np.stack(ok["scores"].to_numpy())
     targets = [tuple(int(v) for v in t) for t in ok["target"]]
-    r = mean_average_precision(scores, targets, class_names=dataset.class_names, n_boot=MAP_BOOTSTRAP, seed=0)
+    r = mean_average_precision(scores, targets, class_names=dataset.class_names, n_resamples=MAP_BOOTSTRAP, seed=0)
     no_labels = ok.loc[[not t for t in targets], "id"].tolist()
     return {"map": r.map, "map_low": r.low, "map_high": r.high,
             "ap_per_class": {r.name(c): ap for c, ap in r.per_class.items()},
             "classes_without_positives": [r.name(c) for c in r.classes_without_positives],
-            "n_no_labels": r.n_no_labels, "no_label_examples": no_labels[:100], "map_bootstrap": r.n_boot}
+            "n_no_labels": r.n_no_labels, "no_label_examples": no_labels[:100], "map_bootstrap": r.n_resamples}
 
 
 def summarise(frame: pd.DataFrame, setting: Setting) -> dict[str, Any]:

@@ -248,7 +248,7 @@ def plot_trend(
     fit_on: str | Iterable[str] | None = DEFAULT_FIT_ON,
     band: Band | None = None,
     n_resamples: int = 1000,
-    ci: float = 0.995,
+    confidence: float = 0.995,
     seed: int | None = 0,
     highlight: Iterable[str] = (),
     title: str | None = None,
@@ -258,7 +258,7 @@ def plot_trend(
     """Draw ``y`` against ``x`` for every model of ``testbed`` with the fitted trend.
 
     ``fit`` defaults to :func:`~shiftbench.analysis.fit_trend` on ``fit_on`` (STANDARD);
-    ``band`` to its bootstrap band with ``n_resamples`` (0 draws no band); ``ci`` is the
+    ``band`` to its bootstrap band with ``n_resamples`` (0 draws no band); ``confidence`` is the
     Clopper-Pearson level of the error bars. Each model type has its own colour and marker
     (:func:`type_looks`); the types the trend was fitted on are drawn on top of the others.
     ``highlight`` names models (your own, say) to draw on top of every other point as large gold
@@ -313,8 +313,8 @@ def plot_trend(
                                        alpha=0.15, lw=0, label=f"{band.confidence:.0%} bootstrap band", zorder=2))
 
     # points with Clopper-Pearson bars, one legend entry per type, the fitted-on types drawn last
-    xl, xh = accuracy_interval(frame["x_acc"], frame["x_n"], ci)
-    yl, yh = accuracy_interval(frame["y_acc"], frame["y_n"], ci)
+    xl, xh = accuracy_interval(frame["x_acc"], frame["x_n"], confidence)
+    yl, yh = accuracy_interval(frame["y_acc"], frame["y_n"], confidence)
 
     def bars(sel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         xerr = np.abs(np.vstack([xs[sel] - transform(xl[sel], scale), transform(xh[sel], scale) - xs[sel]]))

@@ -112,7 +112,7 @@ def trend_figure(
     band: Band | None = None,
     er: pd.DataFrame | None = None,
     scale: str = "logit",
-    ci: float = 0.995,
+    confidence: float = 0.995,
     highlight: Sequence[str] = (),
     zoom: bool = True,
 ) -> go.Figure:
@@ -120,7 +120,7 @@ def trend_figure(
 
     ``frame`` is :meth:`Testbed.paired` output (``x_acc, y_acc, x_n, y_n, model_type``, indexed
     by model). With ``fit``: the trend, its ``band`` (drawn over the fitted models' x range)
-    and, for a piecewise trend, the pivot. Points carry ``ci`` Clopper-Pearson bars and hover
+    and, for a piecewise trend, the pivot. Points carry ``confidence`` Clopper-Pearson bars and hover
     with the model's name, type, both accuracies and (with ``er``) effective robustness. Each
     model type has its own colour and marker; the fitted-on types are drawn after (on top of)
     the others, and the legend, to the right of the plot, lists types in the usual order.
@@ -170,8 +170,8 @@ def trend_figure(
                           annotation=dict(text=f"pivot {pivot:.2f}%", font=dict(size=10), yanchor="bottom"),
                           annotation_position="bottom right")
 
-    xl, xh = accuracy_interval(frame["x_acc"], frame["x_n"], ci)
-    yl, yh = accuracy_interval(frame["y_acc"], frame["y_n"], ci)
+    xl, xh = accuracy_interval(frame["x_acc"], frame["x_n"], confidence)
+    yl, yh = accuracy_interval(frame["y_acc"], frame["y_n"], confidence)
     err = {
         "xm": xs - transform(xl, scale), "xp": transform(xh, scale) - xs,
         "ym": ys - transform(yl, scale), "yp": transform(yh, scale) - ys,

@@ -3,7 +3,7 @@ Robustness", §5) of :mod:`shiftbench.analysis.hypotheses`: groups x shifts, eac
 effective robustness with its 95% bootstrap interval over models, coloured by the verdict.
 
 Shown for a testbed whose name has a shipped group table (``data/hypotheses/<testbed>.csv``); the
-bootstrap is vectorised (one ``(n_boot, n)`` gather per cell), so 1,000 resamples over ~16 groups
+bootstrap is vectorised (one ``(n_resamples, n)`` gather per cell), so 1,000 resamples over ~16 groups
 and 9 shifts take well under a second.
 """
 from __future__ import annotations
@@ -94,7 +94,7 @@ class HypothesesSection(Section):
     """Per testbed with a shipped group table: the verdict table of the intervention groups."""
 
     key, title = "hypotheses", "Hypotheses: which interventions give effective robustness?"
-    n_boot = 1000
+    n_resamples = 1000
 
     def available(self, ctx: ReportContext, tb: TestbedReport | None) -> bool:
         return tb is not None and shipped_groups_path(tb.testbed.name) is not None
@@ -105,7 +105,7 @@ class HypothesesSection(Section):
         anchor = ctx.anchor(tb.anchor, self.key)
         shifts = [a.shift for a in tb.analysed if a.fit is not None] or None
         try:
-            res = hypotheses_table(t, shifts=shifts, n_boot=self.n_boot, seed=ctx.seed, scale=ctx.scale)
+            res = hypotheses_table(t, shifts=shifts, n_resamples=self.n_resamples, seed=ctx.seed, scale=ctx.scale)
         except ShiftbenchError as err:
             note = f'<p class="sb-note">No verdict table: {esc(str(err))}</p>'
             return [Rendered(self.title, anchor, section_html(anchor, self.title, note))]
@@ -114,7 +114,7 @@ class HypothesesSection(Section):
                  f"Robustness</em>, §5)? A row: a group of models sharing an intervention (<code>"
                  f"{esc(res.groups_source)}</code>); a cell: its mean effective robustness (pp) and verdict, "
                  f"{verdict_legend()}, {interval_place(res)} it the 95% percentile bootstrap interval over the "
-                 f"group's models ({res.n_boot} resamples, seed {res.seed}). {esc(VERDICT_RULE)} (minimum "
+                 f"group's models ({res.n_resamples} resamples, seed {res.seed}). {esc(VERDICT_RULE)} (minimum "
                  f"{res.min_models}).</p>",
                  verdict_table_html(res, note=False)]
         parts.append(file_row(ctx.table(res.rows, tb.dir / "hypotheses",

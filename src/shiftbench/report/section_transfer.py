@@ -219,7 +219,7 @@ class TransferSection(Section):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)  # a resample with a constant column: its rho is NaN
                 corr = robustness_transfer_correlation(testbed, x, groups=groups, extra=_ece(ctx, x, testbed.models),
-                                                       n_boot=ctx.n_resamples, seed=ctx.seed, min_models=MIN_MODELS)
+                                                       n_resamples=ctx.n_resamples, seed=ctx.seed, min_models=MIN_MODELS)
             means = transfer_group_means(testbed, groups)
         except ShiftbenchError as exc:
             body = intro + f"<p>No correlation: {esc(exc)}</p>"

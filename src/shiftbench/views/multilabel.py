@@ -18,7 +18,7 @@ Examples with an empty label set stay in: they are negatives for every class (an
 so sigmoid probabilities give the same AP.
 
 Clopper–Pearson does not apply to mAP (it is not a proportion), so the interval is a
-percentile bootstrap over examples: ``n_boot`` resamples of the examples with replacement, each
+percentile bootstrap over examples: ``n_resamples`` resamples of the examples with replacement, each
 scored with the same macro AP over the classes that have positives in the resample. The
 resampled APs are computed all at once as *weighted* APs (example weights = how often the
 resample drew it), which equals scikit-learn's ``average_precision_score`` with
@@ -55,7 +55,7 @@ class MeanAveragePrecision:
     classes_without_positives: list[int]
     n_examples: int
     n_no_labels: int
-    n_boot: int
+    n_resamples: int
     confidence: float = 0.95
     class_names: list[str] | None = field(default=None, repr=False)
 
@@ -118,7 +118,7 @@ def mean_average_precision(
     targets: Sequence[Any] | np.ndarray,
     *,
     class_names: Sequence[str] | None = None,
-    n_boot: int = 1000,
+    n_resamples: int = 1000,
     confidence: float = 0.95,
     seed: int = 0,
 ) -> MeanAveragePrecision:
@@ -128,12 +128,12 @@ def mean_average_precision(
     ``n`` label sets (tuples of class ids; an empty tuple is an example with no labels) or an
     ``(n, C)`` 0/1 matrix. AP per class is scikit-learn's ``average_precision_score``; mAP is
     their macro mean (Hendrycks et al. 2021, DeepFashion Remixed). The interval is the
-    ``confidence`` percentile interval of ``n_boot`` resamples of the examples (``n_boot=0``:
+    ``confidence`` percentile interval of ``n_resamples`` resamples of the examples (``n_resamples=0``:
     no interval, ``low``/``high`` NaN).
 
     >>> import numpy as np
     >>> scores = np.array([[0.9, 0.1, 0.3], [0.2, 0.8, 0.7], [0.6, 0.4, 0.1], [0.95, 0.3, 0.2]])
-    >>> r = mean_average_precision(scores, [(0,), (1, 2), (0, 1), ()], n_boot=0)
+    >>> r = mean_average_precision(scores, [(0,), (1, 2), (0, 1), ()], n_resamples=0)
     >>> round(r.map, 2), r.n_no_labels
     (86.11, 1)
     """
@@ -157,13 +157,13 @@ def mean_average_precision(
     per_class = {int(c): 100.0 * float(average_precision_score(y[:, c], s[:, c])) for c in have}
     value = float(np.mean(list(per_class.values())))
     low = high = float("nan")
-    if n_boot > 0:
+    if n_resamples > 0:
         rng = np.random.default_rng(seed)
         n = len(s)
-        block = max(1, min(n_boot, _BLOCK_ELEMENTS // max(n, 1)))
+        block = max(1, min(n_resamples, _BLOCK_ELEMENTS // max(n, 1)))
         boots = []
-        for start in range(0, n_boot, block):
-            b = min(block, n_boot - start)
+        for start in range(0, n_resamples, block):
+            b = min(block, n_resamples - start)
             draws = rng.integers(0, n, size=(b, n))
             flat = (draws + (np.arange(b) * n)[:, None]).ravel()
             weights = np.bincount(flat, minlength=b * n).reshape(b, n).astype(np.float32)
@@ -175,5 +175,5 @@ def mean_average_precision(
     return MeanAveragePrecision(
         map=value, low=low, high=high, per_class=per_class,
         classes_without_positives=[int(c) for c in np.flatnonzero(~positives)],
-        n_examples=int(len(s)), n_no_labels=int((~y.any(axis=1)).sum()), n_boot=int(n_boot),
+        n_examples=int(len(s)), n_no_labels=int((~y.any(axis=1)).sum()), n_resamples=int(n_resamples),
         confidence=confidence, class_names=list(class_names) if class_names is not None else None)
