@@ -110,7 +110,8 @@ def clean(value):
 
 def jsonable(value):
     """``value`` made JSON-safe all the way down: :func:`clean` on scalars, paths as strings,
-    mappings and sequences (tuples, numpy arrays) walked."""
+    mappings and sequences (tuples, numpy arrays) walked, anything else JSON cannot hold (a
+    DuckDB date, a Decimal) as its string."""
     if isinstance(value, dict):
         return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple, set)):
@@ -119,7 +120,8 @@ def jsonable(value):
         return str(value)
     if hasattr(value, "tolist") and getattr(value, "ndim", 0):
         return jsonable(value.tolist())
-    return clean(value)
+    value = clean(value)
+    return value if value is None or isinstance(value, (str, int, float, bool)) else str(value)
 
 
 def print_json(value) -> None:

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from shiftbench.cli_options import DEFAULT_STORE, JsonOpt, StoreOpt
-from shiftbench.cli_support import Table, clean, out
+from shiftbench.cli_support import Table, jsonable, out
 from shiftbench.errors import ConfigError
 
 TABLES = "predictions, logits, results, results_history, keys, runs"
@@ -26,17 +26,6 @@ def _cell(value: Any) -> str:
         return ""
     if isinstance(value, float):
         return f"{value:.6g}"
-    return str(value)
-
-
-def _plain(value: Any) -> Any:
-    """A JSON-safe value (lists and structs kept as lists and objects)."""
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return clean(value)
     return str(value)
 
 
@@ -73,7 +62,7 @@ def register(app: typer.Typer) -> None:
         """Run a SQL query over a results store (in-memory DuckDB views over its own files)."""
         columns, rows = run_query(store or DEFAULT_STORE, query)
         if as_json:
-            print(json.dumps([{c: _plain(v) for c, v in zip(columns, r)} for r in rows]))
+            print(json.dumps([{c: jsonable(v) for c, v in zip(columns, r)} for r in rows]))
             return
         if not columns:
             return
