@@ -42,7 +42,7 @@ def main() -> None:
     args = parser.parse_args()
 
     tb = load_testbed("imagenet-reference")
-    fit = fit_trend("val", "imagenetv2-matched-frequency-format-val", testbed=tb)
+    fit = fit_trend(tb, "val", "imagenetv2-matched-frequency-format-val")
     grid = np.linspace(0.1, 99.9, 100)
     bootstrap_band(fit, grid=grid, n_resamples=1000)  # warm-up (imports, caches)
 

@@ -72,8 +72,8 @@ def main() -> None:
     args = parser.parse_args()
 
     tb = load_testbed("imagenet-reference")
-    fit = fit_trend("val", "imagenetv2-matched-frequency-format-val", testbed=tb)
-    piecewise = fit_piecewise_trend("val", "imagenetv2-matched-frequency-format-val", 75.0, testbed=tb)
+    fit = fit_trend(tb, "val", "imagenetv2-matched-frequency-format-val")
+    piecewise = fit_piecewise_trend(tb, "val", "imagenetv2-matched-frequency-format-val", 75.0)
     grid = np.linspace(0.1, 99.9, 100)
     print(f"trend routines on the shapes of a {args.resamples:,}-resample bootstrap band over "
           f"{fit.n_models} STANDARD models (ImageNetV2 vs val, logit), {len(grid)} grid points; "

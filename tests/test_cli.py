@@ -139,7 +139,7 @@ def test_list_models_prints_names_verbatim(tmp_path: Path) -> None:
 def test_fit_json_agrees_with_fit_trend(ref: shiftbench.Testbed) -> None:
     d = json.loads(ok("fit", "--testbed", REF, "--x", X, "--y", Y, "--json"))
     assert FIT_KEYS <= set(d)
-    fit = shiftbench.fit_trend(X, Y, testbed=ref)
+    fit = shiftbench.fit_trend(ref, X, Y)
     assert d["slope"] == pytest.approx(fit.slope, rel=1e-12)
     assert d["intercept"] == pytest.approx(fit.intercept, rel=1e-12)
     assert d["r2"] == pytest.approx(fit.r2, rel=1e-12)
@@ -157,7 +157,7 @@ def test_fit_on_repeated_and_comma_separated_agree(ref: shiftbench.Testbed) -> N
     repeated = json.loads(ok(*base, "--fit-on", "STANDARD", "--fit-on", "MORE_DATA"))
     comma = json.loads(ok(*base, "--fit-on", "STANDARD,MORE_DATA"))
     spaced = json.loads(ok(*base, "--fit-on", "STANDARD, MORE_DATA"))
-    api = shiftbench.fit_trend(X, Y, testbed=ref, fit_on=["STANDARD", "MORE_DATA"])
+    api = shiftbench.fit_trend(ref, X, Y, fit_on=["STANDARD", "MORE_DATA"])
     for d in (repeated, comma, spaced):
         assert d["n_models"] == api.n_models == 87 + 43
         assert d["slope"] == pytest.approx(api.slope, rel=1e-12)
@@ -168,7 +168,7 @@ def test_fit_on_model_names(ref: shiftbench.Testbed) -> None:
     names = ref.resolve("STANDARD")[:5]
     d = json.loads(ok("fit", "--testbed", REF, "--x", X, "--y", Y, "--json", "--fit-on", ",".join(names)))
     assert d["n_models"] == 5
-    assert d["slope"] == pytest.approx(shiftbench.fit_trend(X, Y, testbed=ref, fit_on=names).slope, rel=1e-12)
+    assert d["slope"] == pytest.approx(shiftbench.fit_trend(ref, X, Y, fit_on=names).slope, rel=1e-12)
 
 
 @pytest.mark.parametrize("scale", ["probit", "linear"])
@@ -178,13 +178,13 @@ def test_fit_scale_changes_the_slope(ref: shiftbench.Testbed, scale: str) -> Non
     other = json.loads(ok(*base, "--scale", scale))
     assert other["scale"] == scale
     assert other["slope"] != pytest.approx(logit["slope"], rel=1e-3)
-    assert other["slope"] == pytest.approx(shiftbench.fit_trend(X, Y, scale, testbed=ref).slope, rel=1e-12)
+    assert other["slope"] == pytest.approx(shiftbench.fit_trend(ref, X, Y, scale).slope, rel=1e-12)
 
 
 def test_fit_pivot_gives_a_piecewise_fit(ref: shiftbench.Testbed) -> None:
     xa, ya = "val-on-imagenet-a-classes", "imagenet-a"
     d = json.loads(ok("fit", "--testbed", REF, "--x", xa, "--y", ya, "--pivot", "resnet50", "--json"))
-    api = shiftbench.fit_piecewise_trend(xa, ya, "resnet50", testbed=ref)
+    api = shiftbench.fit_piecewise_trend(ref, xa, ya, "resnet50")
     assert d["kind"] == "piecewise"
     assert d["pivot"] == pytest.approx(ref.accuracies.at["resnet50", xa])
     assert d["slope"] == pytest.approx(api.slope) and d["slope_below"] == pytest.approx(api.slope_below)
@@ -193,7 +193,7 @@ def test_fit_pivot_gives_a_piecewise_fit(ref: shiftbench.Testbed) -> None:
 # --------------------------------------------------------------------------- effective robustness
 def test_effective_robustness_json_agrees_with_the_api(ref: shiftbench.Testbed) -> None:
     rows = json.loads(ok("effective-robustness", "--testbed", REF, "--x", X, "--y", Y, "--json"))
-    api = shiftbench.effective_robustness(X, Y, testbed=ref, n_resamples=0)
+    api = shiftbench.effective_robustness(ref, X, Y, n_resamples=0)
     assert isinstance(rows, list) and len(rows) == len(api) == 335
     assert all(ER_KEYS <= set(r) for r in rows)
     got = pd.DataFrame(rows).set_index("model").loc[api.index]
@@ -245,7 +245,7 @@ def test_effective_robustness_text_output_has_a_table() -> None:
 def test_user_csv_fit_counts_the_empty_cell(user_csv: Path) -> None:
     d = json.loads(ok("fit", "--testbed", str(user_csv), "--x", "id", "--y", "ood", "--json"))
     tb = shiftbench.load_testbed(str(user_csv))
-    api = shiftbench.fit_trend("id", "ood", testbed=tb)
+    api = shiftbench.fit_trend(tb, "id", "ood")
     assert (d["n_models"], d["n_skipped"]) == (3, 1)
     assert d["slope"] == pytest.approx(api.slope, rel=1e-12)
     assert d["intercept"] == pytest.approx(api.intercept, rel=1e-12)
@@ -435,7 +435,7 @@ def test_script_fit_json_is_exactly_one_object(ref: shiftbench.Testbed) -> None:
     assert proc.stdout.count("\n") == 1 and proc.stdout.endswith("\n")
     d = json.loads(proc.stdout)
     assert isinstance(d, dict) and FIT_KEYS <= set(d)
-    assert d["slope"] == pytest.approx(shiftbench.fit_trend(X, Y, testbed=ref).slope, rel=1e-12)
+    assert d["slope"] == pytest.approx(shiftbench.fit_trend(ref, X, Y).slope, rel=1e-12)
 
 
 def test_script_effective_robustness_json_is_one_array(user_csv: Path) -> None:

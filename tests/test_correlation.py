@@ -132,8 +132,8 @@ def test_correlation_of_effective_robustness_tables_from_a_testbed() -> None:
     })
     frame.loc[frame["model"] == "r3", "shift2"] = np.nan  # an empty cell
     tb = tbmod.Testbed.from_frame(frame)
-    er1 = effective_robustness("val", "shift1", "linear", testbed=tb, n_resamples=0)
-    er2 = effective_robustness("val", "shift2", "linear", testbed=tb, n_resamples=0)
+    er1 = effective_robustness(tb, "val", "shift1", "linear", n_resamples=0)
+    er2 = effective_robustness(tb, "val", "shift2", "linear", n_resamples=0)
     res = robustness_correlation(er1, er2, exclude_types=["STANDARD"])
     kept = [f"r{i}" for i in range(n_other) if i != 3]
     assert sorted(res.models) == kept

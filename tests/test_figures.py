@@ -95,7 +95,7 @@ def test_tick_labels_are_percentages_at_the_scaled_positions(tb: tbmod.Testbed, 
 
 @pytest.mark.parametrize("scale", SCALES)
 def test_diagonal_and_fit_lines(tb: tbmod.Testbed, scale: str) -> None:
-    fit = fit_trend("val", "v2", scale, testbed=tb)
+    fit = fit_trend(tb, "val", "v2", scale)
     ax = plot_trend(tb, "val", "v2", scale=scale, n_resamples=0).axes[0]
     diag = line(ax, "y = x")
     np.testing.assert_allclose(diag.get_xdata(), diag.get_ydata())
@@ -167,7 +167,7 @@ def test_no_band_without_resamples(tb: tbmod.Testbed) -> None:
 
 
 def test_a_given_band_is_drawn_and_contains_the_fit(tb: tbmod.Testbed) -> None:
-    fit = fit_trend("val", "v2", testbed=tb)
+    fit = fit_trend(tb, "val", "v2")
     band = bootstrap_band(fit, n_resamples=300, seed=1)
     ax = plot_trend(tb, "val", "v2", fit=fit, band=band, n_resamples=0).axes[0]
     (poly,) = bands(ax)
@@ -182,7 +182,7 @@ def test_a_given_band_is_drawn_and_contains_the_fit(tb: tbmod.Testbed) -> None:
 # --------------------------------------------------------------------------- fits
 @pytest.mark.parametrize("scale", SCALES)
 def test_a_piecewise_fit_is_drawn(tb: tbmod.Testbed, scale: str) -> None:
-    fit = fit_piecewise_trend("val", "v2", 66.0, scale, testbed=tb)
+    fit = fit_piecewise_trend(tb, "val", "v2", 66.0, scale)
     ax = plot_trend(tb, "val", "v2", fit=fit, n_resamples=100).axes[0]
     trend = line(ax, "Piecewise fit")
     np.testing.assert_allclose(trend.get_ydata(), fit.predict_scaled(trend.get_xdata()), rtol=1e-9)
@@ -191,7 +191,7 @@ def test_a_piecewise_fit_is_drawn(tb: tbmod.Testbed, scale: str) -> None:
 
 
 def test_the_given_fit_decides_the_scale(tb: tbmod.Testbed) -> None:
-    fit = fit_trend("val", "v2", "probit", testbed=tb)
+    fit = fit_trend(tb, "val", "v2", "probit")
     ax = plot_trend(tb, "val", "v2", fit=fit, n_resamples=0).axes[0]
     assert "probit" in ax.get_xlabel()
 

@@ -136,7 +136,7 @@ def test_place_labels_avoids_obstacles_and_prefers_free_space_above_the_line():
 def test_plotly_draws_your_models_last_with_labels(merged):
     shift = next(s for s in NATURAL_SHIFTS if s.label == "ImageNet-A")
     fit = fit_shift(merged, shift)
-    er = sb.effective_robustness(shift.x, shift.y, testbed=merged, fit=fit, n_resamples=0)
+    er = sb.effective_robustness(merged, shift.x, shift.y, fit=fit, n_resamples=0)
     frame, _ = merged.paired(shift.x, shift.y)
     fig = trend_figure(frame, x=shift.x, y=shift.y, title="ImageNet-A", fit=fit, er=er,
                        highlight=MINE + ["resnet50", "not-in-frame"])

@@ -195,7 +195,7 @@ def test_synthetic_effective_robustness_is_the_mean_over_corruption_settings():
     tb = tiny_testbed()
     assert corruption_settings(tb) == {"fog": CORRUPTIONS[:2], "snow": CORRUPTIONS[2:]}
     syn = synthetic_effective_robustness(tb)
-    ers = [sb.effective_robustness("val", s, testbed=tb, n_resamples=0)["effective_robustness"] for s in CORRUPTIONS]
+    ers = [sb.effective_robustness(tb, "val", s, n_resamples=0)["effective_robustness"] for s in CORRUPTIONS]
     np.testing.assert_allclose(syn["synthetic_er"], sum(ers) / 3)
     np.testing.assert_allclose(syn["fog"], (ers[0] + ers[1]) / 2)
     assert (syn["n_settings"] == 3).all()

@@ -78,7 +78,7 @@ def standard_cells(tb: tbmod.Testbed, cols: list[str]) -> pd.DataFrame:
 # --------------------------------------------------------------------------- the fit
 @pytest.mark.parametrize("scale", ["logit", "probit"])
 def test_coefficients_match_lstsq_on_transformed_accuracies(tb: tbmod.Testbed, scale: str) -> None:
-    fit = fit_trend(X2, "shift", scale, testbed=tb)
+    fit = fit_trend(tb, X2, "shift", scale)
     cells = standard_cells(tb, [*X2, "shift"])
     t = logit if scale == "logit" else (lambda a: ndtri(np.asarray(a) / 100))
     design = np.column_stack([t(cells["val"]), t(cells["other-id"]), np.ones(len(cells))])
@@ -95,14 +95,14 @@ def test_coefficients_match_lstsq_on_transformed_accuracies(tb: tbmod.Testbed, s
 
 
 def test_plane_recovers_the_construction(tb: tbmod.Testbed) -> None:
-    fit = fit_trend(X2, "shift", testbed=tb)
+    fit = fit_trend(tb, X2, "shift")
     assert np.abs(np.subtract(fit.coefficients, (A1, A2))) == pytest.approx([0, 0], abs=4 * max(fit.coefficient_se))
     assert fit.intercept == pytest.approx(B, abs=4 * fit.intercept_se)
     assert fit.r2 > 0.99
 
 
 def test_standard_errors_and_intervals_match_statsmodels(tb: tbmod.Testbed) -> None:
-    fit = fit_trend(X2, "shift", testbed=tb)
+    fit = fit_trend(tb, X2, "shift")
     cells = standard_cells(tb, [*X2, "shift"])
     design = sm.add_constant(np.column_stack([logit(cells["val"]), logit(cells["other-id"])]))
     ols = sm.OLS(logit(cells["shift"]), design).fit()
@@ -121,7 +121,7 @@ def test_standard_errors_and_intervals_match_statsmodels(tb: tbmod.Testbed) -> N
 
 
 def test_predict_takes_arrays_dataframes_and_one_model(tb: tbmod.Testbed) -> None:
-    fit = fit_trend(X2, "shift", testbed=tb)
+    fit = fit_trend(tb, X2, "shift")
     points = np.array([[60.0, 40.0], [75.0, 55.0]])
     by_array = fit.predict(points)
     assert by_array.shape == (2,)
@@ -137,16 +137,16 @@ def test_predict_takes_arrays_dataframes_and_one_model(tb: tbmod.Testbed) -> Non
 
 
 def test_to_dict_is_json_ready(tb: tbmod.Testbed) -> None:
-    d = fit_trend(X2, "shift", testbed=tb).to_dict()
+    d = fit_trend(tb, X2, "shift").to_dict()
     assert d["kind"] == "multi" and d["x"] == X2 and set(d["coefficients"]) == set(X2)
     json.dumps(d)
 
 
 def test_fit_on_arrays_matches_fit_on_the_testbed(tb: tbmod.Testbed) -> None:
     cells = standard_cells(tb, [*X2, "shift"])
-    on_tb = fit_trend(X2, "shift", testbed=tb)
-    on_frame = fit_trend(cells[X2], cells["shift"].to_numpy())
-    on_array = fit_trend(cells[X2].to_numpy(), cells["shift"].to_numpy())
+    on_tb = fit_trend(tb, X2, "shift")
+    on_frame = fit_trend(x=cells[X2], y=cells["shift"].to_numpy())
+    on_array = fit_trend(x=cells[X2].to_numpy(), y=cells["shift"].to_numpy())
     for fit in (on_frame, on_array):
         assert fit.coefficients == pytest.approx(on_tb.coefficients, rel=1e-12)
         assert fit.intercept == pytest.approx(on_tb.intercept, rel=1e-12)
@@ -155,8 +155,8 @@ def test_fit_on_arrays_matches_fit_on_the_testbed(tb: tbmod.Testbed) -> None:
 
 # --------------------------------------------------------------------------- K = 1 is today's fit
 def test_one_x_in_a_list_is_exactly_the_single_axis_fit(tb: tbmod.Testbed) -> None:
-    today = fit_trend("val", "shift", testbed=tb)
-    listed = fit_trend(["val"], "shift", testbed=tb)
+    today = fit_trend(tb, "val", "shift")
+    listed = fit_trend(tb, ["val"], "shift")
     assert type(listed) is TrendFit and listed == today
     assert np.array_equal(listed.xs, today.xs) and np.array_equal(listed.ys, today.ys)
     cells = standard_cells(tb, ["val", "shift"])
@@ -168,21 +168,21 @@ def test_one_x_in_a_list_is_exactly_the_single_axis_fit(tb: tbmod.Testbed) -> No
 
 def test_one_column_arrays_are_the_single_axis_fit() -> None:
     x, y = [60.0, 70.0, 80.0, 75.0], [45.0, 56.0, 67.0, 60.0]
-    assert fit_trend(np.array(x)[:, None], y) == fit_trend(x, y)
-    assert fit_trend(pd.DataFrame({"val": x}), y) == fit_trend(x, y)
+    assert fit_trend(x=np.array(x)[:, None], y=y) == fit_trend(x=x, y=y)
+    assert fit_trend(x=pd.DataFrame({"val": x}), y=y) == fit_trend(x=x, y=y)
 
 
 def test_one_x_in_a_list_gives_today_s_effective_robustness(tb: tbmod.Testbed) -> None:
-    today = effective_robustness("val", "shift", testbed=tb, n_resamples=300)
-    listed = effective_robustness(["val"], "shift", testbed=tb, n_resamples=300)
+    today = effective_robustness(tb, "val", "shift", n_resamples=300)
+    listed = effective_robustness(tb, ["val"], "shift", n_resamples=300)
     pd.testing.assert_frame_equal(listed, today)
 
 
 # --------------------------------------------------------------------------- the paper's point
 def test_other_data_models_are_robust_against_one_x_but_not_against_the_plane(tb: tbmod.Testbed) -> None:
-    one = effective_robustness("val", "shift", testbed=tb, n_resamples=500)
-    two = effective_robustness(X2, "shift", testbed=tb, n_resamples=500)
-    both = effective_robustness(X2, "shift", testbed=tb, fit_on=["STANDARD", "MORE_DATA"], n_resamples=500)
+    one = effective_robustness(tb, "val", "shift", n_resamples=500)
+    two = effective_robustness(tb, X2, "shift", n_resamples=500)
+    both = effective_robustness(tb, X2, "shift", fit_on=["STANDARD", "MORE_DATA"], n_resamples=500)
     clips = [m for m in tb.models if m.startswith("clip-")]
     assert (one.loc[clips, "effective_robustness"] > 10).all()
     assert (one.loc[clips, "er_low"] > 5).all()               # "significantly" robust against val alone
@@ -194,7 +194,7 @@ def test_other_data_models_are_robust_against_one_x_but_not_against_the_plane(tb
 
 
 def test_multi_effective_robustness_columns_and_values(tb: tbmod.Testbed) -> None:
-    er = effective_robustness(X2, "shift", testbed=tb, n_resamples=0)
+    er = effective_robustness(tb, X2, "shift", n_resamples=0)
     assert list(er.columns) == ["model_type", "x_acc:val", "x_acc:other-id", "y_acc", "predicted_y_acc",
                                 "effective_robustness", "er_low", "er_high", "in_fit"]
     assert er.attrs["x"] == tuple(X2) and er.attrs["y"] == "shift" and er.attrs["n_skipped"] == 1
@@ -208,15 +208,15 @@ def test_multi_effective_robustness_columns_and_values(tb: tbmod.Testbed) -> Non
 
 def test_multi_effective_robustness_on_arrays(tb: tbmod.Testbed) -> None:
     cells = tb.accuracies[[*X2, "shift"]].dropna()
-    fit = fit_trend(X2, "shift", testbed=tb)
-    er = effective_robustness(cells[X2].to_numpy(), cells["shift"].to_numpy(), fit=fit, n_resamples=0)
-    on_tb = effective_robustness(X2, "shift", testbed=tb, n_resamples=0)
+    fit = fit_trend(tb, X2, "shift")
+    er = effective_robustness(x=cells[X2].to_numpy(), y=cells["shift"].to_numpy(), fit=fit, n_resamples=0)
+    on_tb = effective_robustness(tb, X2, "shift", n_resamples=0)
     assert er["effective_robustness"].to_numpy() == pytest.approx(on_tb["effective_robustness"].to_numpy())
     assert list(er.columns[1:3]) == ["x_acc:val", "x_acc:other-id"]
 
 
 def test_bootstrap_interval_is_seeded_and_brackets_the_plane(tb: tbmod.Testbed) -> None:
-    fit = fit_trend(X2, "shift", testbed=tb)
+    fit = fit_trend(tb, X2, "shift")
     points = np.array([[60.0, 40.0], [75.0, 55.0]])
     lo, hi = bootstrap_interval(fit, points, n_resamples=400, seed=1)
     lo2, hi2 = bootstrap_interval(fit, points, n_resamples=400, seed=1)
@@ -229,7 +229,7 @@ def test_bootstrap_interval_of_a_line_equals_its_band_on_the_grid() -> None:
     rng = np.random.default_rng(2)
     x = rng.uniform(55, 85, 15)
     y = expit100(0.9 * logit(x) - 0.4 + rng.normal(0, 0.05, 15))
-    fit = fit_trend(x, y)
+    fit = fit_trend(x=x, y=y)
     grid = np.array([60.0, 70.0, 80.0])
     band = bootstrap_band(fit, grid=grid, n_resamples=500, seed=4)
     lo, hi = bootstrap_interval(fit, grid, n_resamples=500, seed=4)
@@ -238,17 +238,17 @@ def test_bootstrap_interval_of_a_line_equals_its_band_on_the_grid() -> None:
 
 
 def test_trend_verdicts_against_a_plane(tb: tbmod.Testbed) -> None:
-    er = effective_robustness(X2, "shift", testbed=tb, fit_on=["STANDARD", "MORE_DATA"], n_resamples=300)
+    er = effective_robustness(tb, X2, "shift", fit_on=["STANDARD", "MORE_DATA"], n_resamples=300)
     verdicts = trend_verdicts(er)
     assert set(verdicts) <= {"on", "outside"} and (verdicts[[m for m in er.index if m.startswith("clip")]] == "on").all()
-    alone = effective_robustness(X2, "shift", testbed=tb, n_resamples=300)
+    alone = effective_robustness(tb, X2, "shift", n_resamples=300)
     assert (trend_verdicts(alone)[[m for m in alone.index if m.startswith("clip")]] == "outside").all()
 
 
 # --------------------------------------------------------------------------- errors
 def test_too_few_models_is_a_config_error_naming_the_settings_and_count(tb: tbmod.Testbed) -> None:
     with pytest.raises(ConfigError) as info:
-        fit_trend(X2, "shift", testbed=tb, fit_on=["std-0", "std-1", "std-2", "std-3"])
+        fit_trend(tb, X2, "shift", fit_on=["std-0", "std-1", "std-2", "std-3"])
     msg = str(info.value)
     assert "'val'" in msg and "'other-id'" in msg and "'shift'" in msg
     assert "at least 4" in msg and "gave 3" in msg and "1 skipped" in msg and "\n" not in msg
@@ -256,16 +256,16 @@ def test_too_few_models_is_a_config_error_naming_the_settings_and_count(tb: tbmo
 
 def test_repeated_x_and_y_among_x_are_config_errors(tb: tbmod.Testbed) -> None:
     with pytest.raises(ConfigError, match="'val' twice"):
-        fit_trend(["val", "other-id", "val"], "shift", testbed=tb)
+        fit_trend(tb, ["val", "other-id", "val"], "shift")
     with pytest.raises(ConfigError, match="y='shift' is also among the x"):
-        fit_trend(["val", "shift"], "shift", testbed=tb)
+        fit_trend(tb, ["val", "shift"], "shift")
     with pytest.raises(ConfigError, match="twice"):
-        effective_robustness(["val", "val"], "shift", testbed=tb)
+        effective_robustness(tb, ["val", "val"], "shift")
 
 
 def test_unknown_setting_among_x_is_a_config_error(tb: tbmod.Testbed) -> None:
     with pytest.raises(ConfigError, match="did you mean 'other-id'"):
-        fit_trend(["val", "other-ids"], "shift", testbed=tb)
+        fit_trend(tb, ["val", "other-ids"], "shift")
 
 
 def test_collinear_x_is_a_data_error() -> None:
@@ -273,23 +273,23 @@ def test_collinear_x_is_a_data_error() -> None:
                           "copy": [60.0, 65, 70, 75, 80], "shift": [50.0, 54, 59, 66, 70]})
     tb = tbmod.Testbed.from_frame(frame)
     with pytest.raises(DataError, match="collinear"):
-        fit_trend(["val", "copy"], "shift", testbed=tb)
+        fit_trend(tb, ["val", "copy"], "shift")
 
 
 def test_what_a_plane_does_not_offer(tb: tbmod.Testbed) -> None:
-    fit = fit_trend(X2, "shift", testbed=tb)
+    fit = fit_trend(tb, X2, "shift")
     with pytest.raises(ConfigError, match="bootstrap band"):
         bootstrap_band(fit)
     with pytest.raises(ConfigError, match="piecewise trend takes one x"):
-        fit_piecewise_trend(X2, "shift", 65.0, testbed=tb)
+        fit_piecewise_trend(tb, X2, "shift", 65.0)
     with pytest.raises(ConfigError, match="band="):
-        effective_robustness(X2, "shift", testbed=tb, band=bootstrap_band(fit_trend("val", "shift", testbed=tb)))
+        effective_robustness(tb, X2, "shift", band=bootstrap_band(fit_trend(tb, "val", "shift")))
     with pytest.raises(ConfigError, match="not over"):
-        effective_robustness(["other-id", "val"], "shift", testbed=tb, fit=fit)
+        effective_robustness(tb, ["other-id", "val"], "shift", fit=fit)
     with pytest.raises(ConfigError, match="one x"):
-        effective_robustness(X2, "shift", testbed=tb, fit=fit_trend("val", "shift", testbed=tb))
+        effective_robustness(tb, X2, "shift", fit=fit_trend(tb, "val", "shift"))
     with pytest.raises(ConfigError, match="testbed"):
-        fit_trend(X2, "shift")
+        fit_trend(x=X2, y="shift")
 
 
 # --------------------------------------------------------------------------- CLI
@@ -309,7 +309,7 @@ def ok(*args: str) -> str:
 def test_cli_fit_with_two_x_agrees_with_the_api(table: str) -> None:
     tb = tbmod.Testbed.read(table)
     d = json.loads(ok("fit", "--testbed", table, "--x", "val", "--x", "other-id", "--y", "shift", "--json"))
-    fit = fit_trend(X2, "shift", testbed=tb)
+    fit = fit_trend(tb, X2, "shift")
     assert d["kind"] == "multi" and d["x"] == X2 and d["n_models"] == fit.n_models
     assert d["coefficients"] == pytest.approx(fit.coefficient_by_x, rel=1e-12)
     assert d["intercept"] == pytest.approx(fit.intercept, rel=1e-12)
@@ -320,7 +320,7 @@ def test_cli_fit_with_two_x_agrees_with_the_api(table: str) -> None:
 def test_cli_one_x_is_unchanged(table: str) -> None:
     tb = tbmod.Testbed.read(table)
     d = json.loads(ok("fit", "--testbed", table, "--x", "val", "--y", "shift", "--json"))
-    assert d == json.loads(json.dumps(fit_trend("val", "shift", testbed=tb).to_dict()))
+    assert d == json.loads(json.dumps(fit_trend(tb, "val", "shift").to_dict()))
     rows = json.loads(ok("effective-robustness", "--testbed", table, "--x", "val", "--y", "shift", "--json"))
     assert "x_acc" in rows[0] and rows[0]["model"].startswith("clip-")
 
@@ -329,7 +329,7 @@ def test_cli_effective_robustness_with_two_x(table: str) -> None:
     tb = tbmod.Testbed.read(table)
     args = ["effective-robustness", "--testbed", table, "--x", "val", "--x", "other-id", "--y", "shift"]
     rows = json.loads(ok(*args, "--json"))
-    api = effective_robustness(X2, "shift", testbed=tb)
+    api = effective_robustness(tb, X2, "shift")
     assert {"x_acc:val", "x_acc:other-id", "effective_robustness", "er_low", "er_high"} <= set(rows[0])
     for r in rows:
         assert r["effective_robustness"] == pytest.approx(api.at[r["model"], "effective_robustness"], rel=1e-12)

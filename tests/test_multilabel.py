@@ -157,7 +157,7 @@ def test_trend_fits_and_effective_robustness_run_on_map(tmp_path):
     assert tb.accuracies.loc[model, ood] == pytest.approx(res.loc[(model, ood), "map"])
     assert tb.metric == "map" and tb.sizes.isna().all().all()
     assert any("mAP" in n for n in tb.notes)
-    fit = shiftbench.fit_trend(f"manifest:{path}", ood, testbed=tb, fit_on="all")
+    fit = shiftbench.fit_trend(tb, f"manifest:{path}", ood, fit_on="all")
     assert np.isfinite(fit.slope)
     with pytest.raises(ConfigError, match="did you mean 'map'"):
         Testbed.from_store(tmp_path / "s", metric="mapp")

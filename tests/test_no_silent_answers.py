@@ -117,17 +117,17 @@ def test_the_long_form_is_checked_too():
 
 def test_fit_trend_and_effective_robustness_refuse_arrays_of_fractions():
     with pytest.raises(DataError, match="multiply them by 100"):
-        sb.fit_trend([0.7, 0.75, 0.8], [0.5, 0.55, 0.6])
-    fit = sb.fit_trend([0.7, 0.75, 0.8], [0.5, 0.55, 0.6], fractions=True)
-    ref = sb.fit_trend([70, 75, 80], [50, 55, 60])
+        sb.fit_trend(x=[0.7, 0.75, 0.8], y=[0.5, 0.55, 0.6])
+    fit = sb.fit_trend(x=[0.7, 0.75, 0.8], y=[0.5, 0.55, 0.6], fractions=True)
+    ref = sb.fit_trend(x=[70, 75, 80], y=[50, 55, 60])
     assert (fit.slope, fit.intercept) == pytest.approx((ref.slope, ref.intercept))
     with pytest.raises(DataError, match="fractions"):
-        sb.effective_robustness([0.7, 0.75, 0.8, 0.7], [0.5, 0.55, 0.6, 0.6])
+        sb.effective_robustness(x=[0.7, 0.75, 0.8, 0.7], y=[0.5, 0.55, 0.6, 0.6])
     with pytest.raises(DataError, match="fractions"):
-        sb.fit_trend(np.array([[0.7, 0.6], [0.75, 0.62], [0.8, 0.7], [0.7, 0.66]]), [0.5, 0.55, 0.6, 0.6])
-    er = sb.effective_robustness([0.7, 0.75, 0.8, 0.7], [0.5, 0.55, 0.6, 0.6], fractions=True, n_resamples=0)
+        sb.fit_trend(x=np.array([[0.7, 0.6], [0.75, 0.62], [0.8, 0.7], [0.7, 0.66]]), y=[0.5, 0.55, 0.6, 0.6])
+    er = sb.effective_robustness(x=[0.7, 0.75, 0.8, 0.7], y=[0.5, 0.55, 0.6, 0.6], fractions=True, n_resamples=0)
     assert er["x_acc"].tolist() == [70.0, 75.0, 80.0, 70.0]
-    assert sb.fit_trend([0.2, 0.5, 0.9], [0.1, 0.3, 0.6], fractions=False).n_models == 3   # percentages < 1%
+    assert sb.fit_trend(x=[0.2, 0.5, 0.9], y=[0.1, 0.3, 0.6], fractions=False).n_models == 3   # percentages < 1%
 
 
 # --------------------------------------------------------------------------- what could not be placed

@@ -146,7 +146,7 @@ import shiftbench as sb
 
 tb = sb.load_testbed("imagenet-reference")
 reveal_type(tb)
-fit = sb.fit_trend("val", "imagenetv2-matched-frequency-format-val", testbed=tb)
+fit = sb.fit_trend(tb, "val", "imagenetv2-matched-frequency-format-val")
 reveal_type(fit)
 reveal_type(sb.evaluate)
 reveal_type(sb.place_models)

@@ -60,7 +60,7 @@ def test_missing_example_counts_come_from_the_reference_and_widen_the_intervals(
     merged = sb.load_testbed([REF, mine])
     assert merged.sizes.at["my-robust-net", X] == 50_000 and merged.sizes.at["my-robust-net", Y] == 10_000
     assert any("no example counts" in n and "50,000" in n for n in merged.notes)
-    er = sb.effective_robustness(X, Y, testbed=merged).loc["my-robust-net"]
+    er = sb.effective_robustness(merged, X, Y).loc["my-robust-net"]
     assert er.er_high - er.er_low > 1.0        # a 10,000-image interval, not the 0.01% clip of no size
 
 
@@ -76,13 +76,13 @@ def test_added_models_are_listed_and_untyped_ones_stay_out_of_the_default_fit(mi
     merged = sb.load_testbed(f"{REF}+{mine}")
     assert merged.added == ["resnet50", "my-robust-net", "my-untyped-net"]
     assert merged.model_types["my-untyped-net"] == "UNKNOWN"
-    fit = sb.fit_trend(X, Y, testbed=merged)
-    assert fit.n_models == 87 == sb.fit_trend(X, Y, testbed=sb.load_testbed(REF)).n_models
+    fit = sb.fit_trend(merged, X, Y)
+    assert fit.n_models == 87 == sb.fit_trend(sb.load_testbed(REF), X, Y).n_models
     assert merged.select(models=["my-robust-net", "vgg16"]).added == ["my-robust-net"]
 
 
 def test_cli_repeated_testbed_plus_paths_and_the_api_agree(mine):
-    expected = sb.effective_robustness(X, Y, testbed=sb.load_testbed(REF).merge(sb.Testbed.read(mine)))
+    expected = sb.effective_robustness(sb.load_testbed(REF).merge(sb.Testbed.read(mine)), X, Y)
     for args in (["-t", REF, "-t", str(mine)], ["-t", f"{REF}+{mine}"]):
         result = invoke("effective-robustness", *args, "--x", X, "--y", Y, "--json")
         assert result.exit_code == 0, result.output
@@ -133,7 +133,7 @@ def test_cli_place_ranks_the_added_models_on_every_shift_they_have(mine):
     assert {r["model"] for r in rows} == {"resnet50", "my-robust-net", "my-untyped-net"}
     assert {r["shift"] for r in rows if r["model"] != "resnet50"} == {"ImageNetV2"}
     assert {"ImageNet-R", "ImageNet-A", "ObjectNet"} <= {r["shift"] for r in rows}   # the reference's resnet50
-    er = sb.effective_robustness(X, Y, testbed=sb.load_testbed([REF, mine]))
+    er = sb.effective_robustness(sb.load_testbed([REF, mine]), X, Y)
     robust = next(r for r in rows if r["model"] == "my-robust-net")
     assert robust["rank"] == int((er["effective_robustness"] > er.at["my-robust-net", "effective_robustness"]).sum()) + 1
     assert robust["n_ranked"] == len(er)

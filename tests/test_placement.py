@@ -83,7 +83,7 @@ def test_the_best_model_is_rank_one():
 def test_interval_and_values_match_effective_robustness_at_the_given_confidence():
     tb = hand_testbed()
     placed = place_models(tb, ["mine1", "robust"], [("val", "v2")], n_resamples=300, seed=3, confidence=0.9)
-    er = sb.effective_robustness("val", "v2", testbed=tb, n_resamples=300, seed=3, confidence=0.9)
+    er = sb.effective_robustness(tb, "val", "v2", n_resamples=300, seed=3, confidence=0.9)
     for model in ("mine1", "robust"):
         r = row(placed, model, "v2 vs val")
         for col in ("predicted_y_acc", "effective_robustness", "er_low", "er_high"):
@@ -98,7 +98,7 @@ def test_your_models_stay_out_of_the_fit_unless_fit_on_selects_them():
     fit = placed.attrs["fits"]["v2 vs val"]
     assert set(fit.models) == {"s1", "s2", "s3", "s4"}
     # the same as fitting without your models at all
-    alone = sb.fit_trend("val", "v2", "linear", testbed=tb.select(models=["s1", "s2", "s3", "s4", "robust"]))
+    alone = sb.fit_trend(tb.select(models=["s1", "s2", "s3", "s4", "robust"]), "val", "v2", "linear")
     assert (fit.slope, fit.intercept) == pytest.approx((alone.slope, alone.intercept))
     # selecting their type puts them in, and the trend moves
     both = place_models(tb, ["mine1"], [("val", "v2")], scale="linear", n_resamples=0,
@@ -145,7 +145,7 @@ def test_on_the_reference_testbed_placement_equals_effective_robustness(referenc
     models = ["resnet50", "resnet50_augmix"]                        # a standard and a robust model
     placed = place_models(reference, models)
     assert set(placed["shift"]) == {s.label for s in NATURAL_SHIFTS}
-    er = sb.effective_robustness("val", V2, testbed=reference)
+    er = sb.effective_robustness(reference, "val", V2)
     for model in models:
         r = row(placed, model, "ImageNetV2")
         for col in ("x_acc", "y_acc", "predicted_y_acc", "effective_robustness", "er_low", "er_high"):
@@ -169,9 +169,9 @@ def test_a_merged_user_model_is_ranked_against_all_reference_models(reference):
     placed = place_models(merged, ["my-net"], [("val", V2)])
     r = placed.iloc[0]
     assert r["shift"] == "ImageNetV2"                               # an (x, y) of a natural shift keeps its name
-    assert r["n_ranked"] == len(sb.effective_robustness("val", V2, testbed=reference)) + 1
+    assert r["n_ranked"] == len(sb.effective_robustness(reference, "val", V2)) + 1
     # the reference's trend, untouched by the user's model
     fit = placed.attrs["fits"]["ImageNetV2"]
-    ref = sb.fit_trend("val", V2, testbed=reference)
+    ref = sb.fit_trend(reference, "val", V2)
     assert "my-net" not in fit.models and (fit.slope, fit.intercept) == (ref.slope, ref.intercept)
     assert r["effective_robustness"] == pytest.approx(72.0 - float(ref.predict(80.0)))

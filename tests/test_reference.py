@@ -328,7 +328,7 @@ def test_testbed_and_reference_import_without_torch():
         "from shiftbench.reference import load_testbed\n"
         "tb = load_testbed('timm-reference')\n"
         "assert len(tb) == 1556\n"
-        "shiftbench.effective_robustness('val', 'imagenet-a', testbed=tb, n_resamples=10)\n"
+        "shiftbench.effective_robustness(tb, 'val', 'imagenet-a', n_resamples=10)\n"
         "assert 'torch' not in sys.modules and 'torchvision' not in sys.modules\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

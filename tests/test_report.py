@@ -84,7 +84,7 @@ def test_summary_links_the_figures_relative_to_itself(report) -> None:
 def test_summary_has_a_fits_table(report) -> None:
     _, text, tb = report
     assert "| " + " | ".join(FITS_COLUMNS) + " |" in text
-    fit = shiftbench.fit_trend("val", V2, testbed=tb)
+    fit = shiftbench.fit_trend(tb, "val", V2)
     row = next(line for line in text.splitlines() if line.startswith("| ImageNetV2 |"))
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[:4] == ["ImageNetV2", "val", V2, "linear"]
@@ -98,7 +98,7 @@ def test_fits_csv_matches_fit_trend(report) -> None:
     assert list(fits["shift"]) == ["ImageNetV2", "ImageNet-Sketch"]
     for shift, y in (("ImageNetV2", V2), ("ImageNet-Sketch", SKETCH)):
         row = fits.set_index("shift").loc[shift]
-        fit = shiftbench.fit_trend("val", y, testbed=tb)
+        fit = shiftbench.fit_trend(tb, "val", y)
         assert row["slope"] == pytest.approx(fit.slope, rel=1e-9)
         assert row["intercept"] == pytest.approx(fit.intercept, rel=1e-9)
         assert row["r2"] == pytest.approx(fit.r2, rel=1e-9)
@@ -111,7 +111,7 @@ def test_effective_robustness_csv_matches_the_api(report) -> None:
     assert {"model", "model_type", "effective_robustness", "er_low", "er_high", "in_fit", "shift"} <= set(er.columns)
     v2 = er[er["shift"] == "ImageNetV2"].set_index("model")
     assert set(v2.index) == set(tb.models)
-    api = shiftbench.effective_robustness("val", V2, testbed=tb, n_resamples=0)
+    api = shiftbench.effective_robustness(tb, "val", V2, n_resamples=0)
     np.testing.assert_allclose(v2.loc[api.index, "effective_robustness"], api["effective_robustness"], rtol=1e-9)
     assert (v2["er_low"] <= v2["effective_robustness"] + 1e-9).all()
     assert (v2["effective_robustness"] <= v2["er_high"] + 1e-9).all()
@@ -124,7 +124,7 @@ def test_summary_lists_the_most_effectively_robust_models(report) -> None:
     assert "| model | model_type | x_acc | y_acc | predicted_y_acc | effective_robustness | er_low | er_high |" in part
     rows = [line for line in part.splitlines() if line.startswith("| ") and not line.startswith("| model ")]
     assert len(rows) == 5
-    best = shiftbench.effective_robustness("val", V2, testbed=tb, n_resamples=0)["effective_robustness"].idxmax()
+    best = shiftbench.effective_robustness(tb, "val", V2, n_resamples=0)["effective_robustness"].idxmax()
     assert rows[0].startswith(f"| {best} |")
     assert best.startswith("more")
     assert "Fit: logit(y) = " in part and "6 models, 0 skipped for empty cells" in part

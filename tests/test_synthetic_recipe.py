@@ -185,7 +185,7 @@ def test_per_setting_recipe_is_the_reports_correlation(cleaned):
     res = synthetic_vs_natural(cleaned, "per-setting")
     settings, _ = complete_severities(cleaned, corruption_settings(cleaned))
     syn = synthetic_effective_robustness(cleaned, "val", settings)
-    nat = shiftbench.effective_robustness("val", NAT, testbed=cleaned, n_resamples=0)
+    nat = shiftbench.effective_robustness(cleaned, "val", NAT, n_resamples=0)
     overall = corruption_correlations(syn, nat).iloc[0]
     assert res.r == pytest.approx(overall["pearson_r"]) and res.n == overall["n_models"]
     assert res.r != pytest.approx(synthetic_vs_natural(cleaned, "taori2020").r, abs=0.01)

@@ -145,8 +145,8 @@ def _traj(points: list[tuple[int, float, float]], name: str = "r") -> pd.DataFra
 
 
 def test_effective_robustness_of_checkpoints_against_a_known_linear_trend():
-    fit = fit_trend([20, 50, 80], [10, 40, 70], scale="linear")             # exactly y = x - 10
-    er = trajectory_effective_robustness(_traj([(0, 30, 35), (5, 60, 58), (9, 90, 80)]), "id", "ood", fit=fit)
+    fit = fit_trend(x=[20, 50, 80], y=[10, 40, 70], scale="linear")             # exactly y = x - 10
+    er = trajectory_effective_robustness(frame=_traj([(0, 30, 35), (5, 60, 58), (9, 90, 80)]), x="id", y="ood", fit=fit)
     assert er["step"].tolist() == [0, 5, 9]
     assert er["predicted_y_acc"].tolist() == pytest.approx([20, 50, 80])
     assert er["effective_robustness"].tolist() == pytest.approx([15, 8, 0])
@@ -161,7 +161,7 @@ def test_effective_robustness_against_a_testbed_logit_trend_ignores_checkpoints_
     frame = pd.DataFrame({"model": [f"m{i}" for i in range(4)] + ["r@step0"], "model_type": ["STANDARD"] * 5,
                           "id": list(xs) + [50.0], "ood": list(ys) + [49.0]})
     tb = TB.from_frame(frame)
-    er = trajectory_effective_robustness(_traj([(0, 50, 49), (1, 75, 50)]), "id", "ood", testbed=tb)
+    er = trajectory_effective_robustness(tb, _traj([(0, 50, 49), (1, 75, 50)]), "id", "ood")
     fit = er.attrs["fit"]
     assert fit.n_models == 4 and fit.slope == pytest.approx(1) and fit.intercept == pytest.approx(-1)
     # logit(50%) - 1 = -1 -> 26.894%; logit(75%) - 1 = ln 3 - 1 -> 52.463%
@@ -179,7 +179,7 @@ def test_trajectory_tables_are_validated():
     with pytest.raises(DataError, match="missing column"):
         check_trajectory(bad.drop(columns=["epoch"]))
     with pytest.raises(ConfigError, match="no setting 'v2'"):
-        trajectory_effective_robustness(bad, "id", "v2", fit=fit_trend([1, 2, 3], [1, 2, 3]))
+        trajectory_effective_robustness(frame=bad, x="id", y="v2", fit=fit_trend(x=[1, 2, 3], y=[1, 2, 3]))
 
 
 # ----------------------------------------------------------------------------- figures
@@ -187,9 +187,9 @@ def _figure_inputs():
     from report_testbed import V2, tiny_testbed
 
     tb = tiny_testbed()
-    fit = fit_trend("val", V2, testbed=tb)
-    trajs = {name: trajectory_effective_robustness(_traj(pts, name).replace({"id": "val", "ood": V2}), "val", V2,
-                                                   fit=fit)
+    fit = fit_trend(tb, "val", V2)
+    trajs = {name: trajectory_effective_robustness(frame=_traj(pts, name).replace({"id": "val", "ood": V2}),
+                                                   x="val", y=V2, fit=fit)
              for name, pts in (("pre", [(0, 12, 9), (5, 60, 55), (10, 70, 58), (50, 80, 68)]),
                                ("scratch", [(0, 11, 10), (5, 40, 28), (50, 78, 65)]))}
     return tb, fit, trajs, V2
@@ -262,7 +262,7 @@ def test_report_shows_the_trajectory_section_only_when_a_trajectory_fits_the_tes
     assert (tmp_path / "c" / "tiny" / f"{stem}_er.png").exists()
     table = pd.read_csv(tmp_path / "c" / "tiny" / f"{stem}.csv")
     assert table["step"].tolist() == [0, 5, 50]
-    fit = fit_trend("val", V2, testbed=tiny_testbed())
+    fit = fit_trend(tiny_testbed(), "val", V2)
     assert table["effective_robustness"].tolist() == pytest.approx(
         [y - float(fit.predict(x)) for x, y in ((12, 9), (60, 55), (80, 68))], abs=1e-6)
 
@@ -304,7 +304,7 @@ def test_finetune_demo_on_tiny_subsets_tracks_both_runs_and_resumes(demo_registr
     first = run_finetune_demo(DIGITS_DATA, tmp_path / "ws", **kw, epochs=1)
     assert first["step"].tolist() == [0, 1, 3] * 2
     assert set(first["trajectory"]) == {"cnn-w8-fmnist-pretrained", "cnn-w8-scratch"}
-    fit = fit_trend("mnist-test", "uci-digits", testbed=tb)
+    fit = fit_trend(tb, "mnist-test", "uci-digits")
     assert first["effective_robustness"].tolist() == pytest.approx(
         (first["y_acc"] - fit.predict(first["x_acc"].to_numpy())).tolist())
     # a longer run in the same workspace resumes from the epoch-1 checkpoint and appends epoch 2
@@ -330,7 +330,7 @@ def test_cli_prints_per_step_effective_robustness_and_writes_figures(tmp_path):
     import json
 
     rows = json.loads(res.stdout)
-    fit = fit_trend("val", V2, testbed=tiny_testbed())
+    fit = fit_trend(tiny_testbed(), "val", V2)
     assert [r["step"] for r in rows] == [0, 5, 50]
     assert [r["effective_robustness"] for r in rows] == pytest.approx(
         [y - float(fit.predict(x)) for x, y in ((12, 9), (60, 55), (80, 68))])

@@ -64,7 +64,7 @@ def noisy_line(n: int, seed: int, slope: float = 0.9, intercept: float = -0.4, n
 @pytest.mark.parametrize("scale", SCALES)
 def test_fit_trend_matches_linregress_and_ols(scale: str) -> None:
     x, y = noisy_line(40, seed=1, scale=scale if scale != "linear" else "logit")
-    fit = fit_trend(x, y, scale)
+    fit = fit_trend(x=x, y=y, scale=scale)
     tx, ty = transform(x, scale), transform(y, scale)
     lr = stats.linregress(tx, ty)
     assert fit.slope == pytest.approx(lr.slope, rel=1e-10)
@@ -82,7 +82,7 @@ def test_fit_trend_matches_linregress_and_ols(scale: str) -> None:
 
 
 def test_fit_trend_docstring_example() -> None:
-    fit = fit_trend([60, 70, 80], [45, 56, 67], scale="linear")
+    fit = fit_trend(x=[60, 70, 80], y=[45, 56, 67], scale="linear")
     assert fit.slope == pytest.approx(1.1)
     assert fit.intercept == pytest.approx(-0.21)
     assert fit.r2 == pytest.approx(1.0)
@@ -90,7 +90,7 @@ def test_fit_trend_docstring_example() -> None:
 
 def test_fit_trend_hand_worked_linear() -> None:
     # y = 0.5 x + 20 exactly (percent) -> on fractions: t(y) = 0.5 t(x) + 0.2
-    fit = fit_trend([40, 60, 80, 90], [40, 50, 60, 65], scale="linear")
+    fit = fit_trend(x=[40, 60, 80, 90], y=[40, 50, 60, 65], scale="linear")
     assert fit.slope == pytest.approx(0.5)
     assert fit.intercept == pytest.approx(0.2)
     assert fit.r2 == pytest.approx(1.0)
@@ -99,7 +99,7 @@ def test_fit_trend_hand_worked_linear() -> None:
 
 @pytest.mark.parametrize("scale", SCALES)
 def test_fit_trend_on_testbed_matches_scipy_on_standard_models_only(tb: tbmod.Testbed, scale: str) -> None:
-    fit = fit_trend("val", "v2", scale, testbed=tb)
+    fit = fit_trend(tb, "val", "v2", scale)
     x, y = standard_points(tb)
     # sizes are known, but none of these accuracies is within half an example of 0/100
     lr = stats.linregress(transform(x, scale), transform(y, scale))
@@ -114,23 +114,23 @@ def test_fit_trend_on_testbed_matches_scipy_on_standard_models_only(tb: tbmod.Te
 
 
 def test_default_fit_ignores_other_model_types(tb: tbmod.Testbed) -> None:
-    default = fit_trend("val", "v2", testbed=tb)
-    only_std = fit_trend("val", "v2", testbed=tb.select(model_types=["STANDARD"]), fit_on="all")
+    default = fit_trend(tb, "val", "v2")
+    only_std = fit_trend(tb.select(model_types=["STANDARD"]), "val", "v2", fit_on="all")
     assert default.slope == pytest.approx(only_std.slope, rel=1e-12)
     assert default.intercept == pytest.approx(only_std.intercept, rel=1e-12)
     assert not {"robust-1", "more-1", "more-2", "adv-1"} & set(default.models)
 
 
 def test_empty_cells_are_skipped_and_counted(tb: tbmod.Testbed) -> None:
-    fit = fit_trend("val", "v2", testbed=tb)
+    fit = fit_trend(tb, "val", "v2")
     assert fit.n_skipped == 1 and "std-empty" not in fit.models
-    fit3 = fit_trend("val", "v3", testbed=tb)
+    fit3 = fit_trend(tb, "val", "v3")
     assert fit3.n_skipped == 1 and "std-e" not in fit3.models and "std-empty" in fit3.models
-    assert fit_trend("val", "v2", testbed=tb, fit_on="all").n_skipped == 1
+    assert fit_trend(tb, "val", "v2", fit_on="all").n_skipped == 1
 
 
 def test_empty_cells_in_arrays_are_skipped_and_counted() -> None:
-    fit = fit_trend([60, np.nan, 70, 80, 75], [45, 50, 56, 67, np.nan], scale="linear")
+    fit = fit_trend(x=[60, np.nan, 70, 80, 75], y=[45, 50, 56, 67, np.nan], scale="linear")
     assert fit.n_skipped == 2 and fit.n_models == 3
     assert fit.models == ("0", "2", "3")
     assert fit.slope == pytest.approx(1.1)
@@ -140,13 +140,13 @@ def test_empty_cells_from_a_csv_are_skipped(tmp_path) -> None:
     path = tmp_path / "tb.csv"
     path.write_text("model,model_type,val,v2\na,STANDARD,60,45\nb,STANDARD,70,\nc,STANDARD,80,67\n"
                     "d,STANDARD,75,61.5\ne,STANDARD,,50\n")
-    fit = fit_trend("val", "v2", "linear", testbed=tbmod.Testbed.read(path))
+    fit = fit_trend(tbmod.Testbed.read(path), "val", "v2", "linear")
     assert fit.n_models == 3 and fit.n_skipped == 2
     assert fit.slope == pytest.approx(1.1)
 
 
 def test_fit_on_all_uses_every_model(tb: tbmod.Testbed) -> None:
-    fit = fit_trend("val", "v2", testbed=tb, fit_on="all")
+    fit = fit_trend(tb, "val", "v2", fit_on="all")
     acc = tb.accuracies[["val", "v2"]].dropna()
     lr = stats.linregress(transform(acc["val"], "logit"), transform(acc["v2"], "logit"))
     assert fit.n_models == len(acc) == 11
@@ -154,28 +154,28 @@ def test_fit_on_all_uses_every_model(tb: tbmod.Testbed) -> None:
 
 
 def test_fit_on_a_tag(tb: tbmod.Testbed) -> None:
-    fit = fit_trend("val", "v2", "linear", testbed=tb, fit_on="cnn")
+    fit = fit_trend(tb, "val", "v2", "linear", fit_on="cnn")
     assert set(fit.models) == {"std-a", "std-b", "std-c", "robust-1"}
     acc = tb.accuracies.loc[list(fit.models)]
     lr = stats.linregress(acc["val"] / 100, acc["v2"] / 100)
     assert fit.slope == pytest.approx(lr.slope, rel=1e-10)
     assert fit.fit_on == ("cnn",)
-    assert fit_trend("val", "v2", "linear", testbed=tb, fit_on="tag:cnn").models == fit.models
+    assert fit_trend(tb, "val", "v2", "linear", fit_on="tag:cnn").models == fit.models
 
 
 def test_fit_on_model_names_and_a_union(tb: tbmod.Testbed) -> None:
     names = ["std-a", "more-1", "adv-1"]
-    fit = fit_trend("val", "v2", "linear", testbed=tb, fit_on=names)
+    fit = fit_trend(tb, "val", "v2", "linear", fit_on=names)
     assert set(fit.models) == set(names)
     acc = tb.accuracies.loc[names]
     assert fit.slope == pytest.approx(stats.linregress(acc["val"] / 100, acc["v2"] / 100).slope, rel=1e-10)
-    union = fit_trend("val", "v2", testbed=tb, fit_on=["MORE_DATA", "adv-1"])
+    union = fit_trend(tb, "val", "v2", fit_on=["MORE_DATA", "adv-1"])
     assert set(union.models) == {"more-1", "more-2", "adv-1"}
-    assert fit_trend("val", "v2", testbed=tb, fit_on=("STANDARD", "robust-1")).n_models == 8
+    assert fit_trend(tb, "val", "v2", fit_on=("STANDARD", "robust-1")).n_models == 8
 
 
 def test_predict_round_trips(tb: tbmod.Testbed) -> None:
-    fit = fit_trend("val", "v2", testbed=tb)
+    fit = fit_trend(tb, "val", "v2")
     x, _ = standard_points(tb)
     # predict = inverse(slope * t(x) + intercept)
     expected = special.expit(fit.slope * special.logit(x / 100) + fit.intercept) * 100
@@ -188,13 +188,13 @@ def test_predict_round_trips(tb: tbmod.Testbed) -> None:
     # noise-free data is reproduced exactly
     xs = np.array([55.0, 63.0, 71.0, 80.0])
     ys = inverse(0.8 * transform(xs, "probit") - 0.3, "probit")
-    exact = fit_trend(xs, ys, "probit")
+    exact = fit_trend(x=xs, y=ys, scale="probit")
     np.testing.assert_allclose(exact.predict(xs), ys, rtol=1e-10)
     assert exact.slope == pytest.approx(0.8) and exact.intercept == pytest.approx(-0.3)
 
 
 def test_to_dict_is_json_ready_with_the_documented_keys(tb: tbmod.Testbed) -> None:
-    fit = fit_trend("val", "v2", testbed=tb)
+    fit = fit_trend(tb, "val", "v2")
     d = fit.to_dict()
     assert {"slope", "intercept", "r2", "n_models", "scale", "x", "y"} <= set(d)
     assert d["slope"] == fit.slope and d["n_models"] == 7 and d["scale"] == "logit"
@@ -207,61 +207,61 @@ def test_to_dict_is_json_ready_with_the_documented_keys(tb: tbmod.Testbed) -> No
 # --------------------------------------------------------------------------- errors
 def test_fewer_than_three_models_is_a_data_error_naming_the_settings(tb: tbmod.Testbed) -> None:
     with pytest.raises(DataError) as info:
-        fit_trend("val", "v2", testbed=tb, fit_on="MORE_DATA")
+        fit_trend(tb, "val", "v2", fit_on="MORE_DATA")
     msg = str(info.value)
     assert "'v2'" in msg and "'val'" in msg and "3" in msg and "MORE_DATA" in msg and "\n" not in msg
 
 
 def test_empty_cells_can_leave_too_few_models(tb: tbmod.Testbed) -> None:
     with pytest.raises(DataError, match="1 skipped"):
-        fit_trend("val", "v2", testbed=tb, fit_on=["std-a", "std-b", "std-empty"])
+        fit_trend(tb, "val", "v2", fit_on=["std-a", "std-b", "std-empty"])
 
 
 def test_fewer_than_three_points_in_arrays_is_a_data_error() -> None:
     with pytest.raises(DataError, match="at least 3"):
-        fit_trend([60, 70, np.nan], [50, 60, 70])
+        fit_trend(x=[60, 70, np.nan], y=[50, 60, 70])
 
 
 def test_identical_x_accuracies_is_a_data_error() -> None:
     with pytest.raises(DataError, match="spread"):
-        fit_trend([70, 70, 70], [50, 55, 60])
+        fit_trend(x=[70, 70, 70], y=[50, 55, 60])
 
 
 def test_setting_typo_is_a_config_error_with_did_you_mean(tb: tbmod.Testbed) -> None:
     with pytest.raises(ConfigError, match=r"did you mean 'v2'") as info:
-        fit_trend("val", "v22", testbed=tb)
+        fit_trend(tb, "val", "v22")
     assert "unknown setting" in str(info.value) and "\n" not in str(info.value)
     with pytest.raises(ConfigError, match=r"did you mean 'val'"):
-        fit_trend("vall", "v2", testbed=tb)
+        fit_trend(tb, "vall", "v2")
 
 
 def test_unknown_fit_on_selector_is_a_config_error_with_closest_names(tb: tbmod.Testbed) -> None:
     with pytest.raises(ConfigError, match="STANDARD") as info:
-        fit_trend("val", "v2", testbed=tb, fit_on="STANDART")
+        fit_trend(tb, "val", "v2", fit_on="STANDART")
     assert "did you mean" in str(info.value) and "\n" not in str(info.value)
     with pytest.raises(ConfigError, match="std-a"):
-        fit_trend("val", "v2", testbed=tb, fit_on=["std-aa"])
+        fit_trend(tb, "val", "v2", fit_on=["std-aa"])
 
 
 def test_unknown_scale_is_a_config_error(tb: tbmod.Testbed) -> None:
     with pytest.raises(ConfigError, match="logit"):
-        fit_trend("val", "v2", "logits", testbed=tb)
+        fit_trend(tb, "val", "v2", "logits")
 
 
 def test_setting_names_without_a_testbed_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="testbed"):
-        fit_trend("val", "v2")
+        fit_trend(x="val", y="v2")
 
 
 @pytest.mark.parametrize("x, y", [([60, 70, 180], [50, 55, 60]), ([0.6, 0.7, 0.8], [-0.5, 0.55, 0.6])])
 def test_accuracies_outside_percent_range_are_a_data_error(x: list, y: list) -> None:
     with pytest.raises(DataError, match=r"outside \[0, 100\]"):
-        fit_trend(x, y)
+        fit_trend(x=x, y=y)
 
 
 def test_arrays_of_different_lengths_are_a_data_error() -> None:
     with pytest.raises(DataError, match="different lengths"):
-        fit_trend([60, 70, 80], [50, 60])
+        fit_trend(x=[60, 70, 80], y=[50, 60])
 
 
 def test_table_with_non_numeric_cell_names_the_model_and_setting() -> None:
@@ -292,7 +292,7 @@ def hinge_points(scale: str = "logit", noise: float = 0.0, seed: int = 0):
 @pytest.mark.parametrize("scale", ["logit", "probit"])
 def test_piecewise_recovers_exact_hinge_coefficients(scale: str) -> None:
     x, y, _ = hinge_points(scale)
-    fit = fit_piecewise_trend(x, y, pivot=76.0, scale=scale)
+    fit = fit_piecewise_trend(x=x, y=y, pivot=76.0, scale=scale)
     assert isinstance(fit, PiecewiseTrendFit) and fit.kind == "piecewise"
     assert fit.intercept == pytest.approx(-3.0, abs=1e-9)
     assert fit.slope_below == pytest.approx(0.2, abs=1e-9)
@@ -306,7 +306,7 @@ def test_piecewise_recovers_exact_hinge_coefficients(scale: str) -> None:
 
 def test_piecewise_matches_statsmodels_on_the_hinge_design() -> None:
     x, y, d = hinge_points("logit", noise=0.08, seed=3)
-    fit = fit_piecewise_trend(x, y, pivot=76.0)
+    fit = fit_piecewise_trend(x=x, y=y, pivot=76.0)
     design = np.column_stack([np.ones_like(d), np.minimum(d, 0), np.maximum(d, 0)])
     ols = sm.OLS(transform(y, "logit"), design).fit()
     np.testing.assert_allclose([fit.intercept, fit.slope_below, fit.slope], ols.params, rtol=1e-9)
@@ -319,12 +319,12 @@ def test_piecewise_matches_statsmodels_on_the_hinge_design() -> None:
 
 
 def test_piecewise_pivot_given_as_a_model_uses_its_x_accuracy(tb: tbmod.Testbed) -> None:
-    by_name = fit_piecewise_trend("val", "v2", pivot="std-d", testbed=tb, fit_on="all")
+    by_name = fit_piecewise_trend(tb, "val", "v2", pivot="std-d", fit_on="all")
     assert by_name.pivot == pytest.approx(73.4)
-    by_value = fit_piecewise_trend("val", "v2", pivot=73.4, testbed=tb, fit_on="all")
+    by_value = fit_piecewise_trend(tb, "val", "v2", pivot=73.4, fit_on="all")
     np.testing.assert_allclose(by_name.coef, by_value.coef, rtol=1e-12)
     # the pivot model need not be one the trend is fitted on
-    other = fit_piecewise_trend("val", "v2", pivot="robust-1", testbed=tb)
+    other = fit_piecewise_trend(tb, "val", "v2", pivot="robust-1")
     assert other.pivot == pytest.approx(71.0) and "robust-1" not in other.models
 
 
@@ -332,33 +332,33 @@ def test_piecewise_too_few_points_on_one_side_is_a_data_error() -> None:
     x = [50.0, 60.0, 70.0, 80.0, 85.0]
     y = [40.0, 50.0, 60.0, 70.0, 76.0]
     with pytest.raises(DataError, match="each side"):
-        fit_piecewise_trend(x, y, pivot=82.0)  # only 85 above
+        fit_piecewise_trend(x=x, y=y, pivot=82.0)  # only 85 above
     with pytest.raises(DataError, match="each side"):
-        fit_piecewise_trend(x, y, pivot=55.0)  # only 50 below
-    fit_piecewise_trend(x, y, pivot=65.0)  # two on each side is enough
+        fit_piecewise_trend(x=x, y=y, pivot=55.0)  # only 50 below
+    fit_piecewise_trend(x=x, y=y, pivot=65.0)  # two on each side is enough
 
 
 def test_piecewise_pivot_errors(tb: tbmod.Testbed) -> None:
     with pytest.raises(ConfigError, match="did you mean 'std-d'"):
-        fit_piecewise_trend("val", "v2", pivot="std-dd", testbed=tb)
+        fit_piecewise_trend(tb, "val", "v2", pivot="std-dd")
     with pytest.raises(ConfigError, match="testbed"):
-        fit_piecewise_trend([50, 60, 70, 80], [40, 50, 60, 70], pivot="resnet50")
+        fit_piecewise_trend(x=[50, 60, 70, 80], y=[40, 50, 60, 70], pivot="resnet50")
     with pytest.raises(ConfigError, match="strictly between 0 and 100"):
-        fit_piecewise_trend([50, 60, 70, 80], [40, 50, 60, 70], pivot=-5.0)
+        fit_piecewise_trend(x=[50, 60, 70, 80], y=[40, 50, 60, 70], pivot=-5.0)
     with pytest.raises(ConfigError, match="strictly between 0 and 100"):
-        fit_piecewise_trend([50, 60, 70, 80], [40, 50, 60, 70], pivot=100.0)
+        fit_piecewise_trend(x=[50, 60, 70, 80], y=[40, 50, 60, 70], pivot=100.0)
     acc = tb.accuracies.copy()
     acc.loc["adv-1", "val"] = np.nan
     tb2 = tbmod.Testbed(acc, tb.sizes, tb.metadata, name="tiny")
     with pytest.raises(DataError, match="no accuracy"):
-        fit_piecewise_trend("val", "v2", pivot="adv-1", testbed=tb2)
+        fit_piecewise_trend(tb2, "val", "v2", pivot="adv-1")
 
 
 # --------------------------------------------------------------------------- bootstrap
 @pytest.fixture(scope="module")
 def noisy_fit() -> TrendFit:
     x, y = noisy_line(30, seed=11, noise=0.08)
-    return fit_trend(x, y)
+    return fit_trend(x=x, y=y)
 
 
 def test_bootstrap_band_same_seed_is_identical(noisy_fit: TrendFit) -> None:
@@ -411,7 +411,7 @@ def test_band_at_interpolates_on_the_grid(noisy_fit: TrendFit) -> None:
 def test_band_at_returns_the_band_on_its_grid_points() -> None:
     x = np.array([20.0, 30, 40, 50, 60, 70])
     noise = np.random.default_rng(0).normal(0, 0.3, size=x.size)
-    fit = fit_trend(x, inverse(2.0 * transform(x, "logit") - 8.0 + noise, "logit"))
+    fit = fit_trend(x=x, y=inverse(2.0 * transform(x, "logit") - 8.0 + noise, "logit"))
     band = bootstrap_band(fit, grid=[5.0, 20.0, 50.0, 80.0], n_resamples=500)
     assert band.lower[0] < 0.01
     lo, hi = band.at(band.grid)
@@ -429,7 +429,7 @@ def test_bootstrap_band_narrows_as_n_grows() -> None:
     widths = []
     for n in (12, 60, 300):
         x, y = noisy_line(n, seed=20 + n, noise=0.08)
-        band = bootstrap_band(fit_trend(x, y), grid=[60.0, 70.0, 80.0], n_resamples=2000, seed=0)
+        band = bootstrap_band(fit_trend(x=x, y=y), grid=[60.0, 70.0, 80.0], n_resamples=2000, seed=0)
         widths.append(band.upper - band.lower)
     assert np.all(widths[1] < widths[0]) and np.all(widths[2] < widths[1])
     # width shrinks like 1/sqrt(n): 25x the models, about a fifth of the width
@@ -469,7 +469,7 @@ def test_bootstrap_agrees_in_distribution_with_a_plain_loop(noisy_fit: TrendFit)
 
 def test_bootstrap_piecewise_fit_agrees_with_a_plain_loop() -> None:
     x, y, _ = hinge_points("logit", noise=0.08, seed=4)
-    fit = fit_piecewise_trend(x, y, pivot=76.0)
+    fit = fit_piecewise_trend(x=x, y=y, pivot=76.0)
     fast = bootstrap_coefficients(fit, 3000, seed=0)
     assert fast.shape[1] == 3
     rng = np.random.default_rng(99)
@@ -508,7 +508,7 @@ def enumerate_resamples(design: np.ndarray, ys: np.ndarray) -> tuple[np.ndarray,
 def test_every_bootstrap_refit_is_an_exact_ols_fit_of_a_resample(kind: str) -> None:
     x = np.array([52.0, 61.0, 70.5, 78.0, 85.0])
     y = np.array([40.0, 47.5, 59.0, 68.0, 77.0])
-    fit = fit_trend(x, y) if kind == "linear" else fit_piecewise_trend(x, y, pivot=66.0)
+    fit = fit_trend(x=x, y=y) if kind == "linear" else fit_piecewise_trend(x=x, y=y, pivot=66.0)
     exact, probs = enumerate_resamples(fit.basis(fit.xs), fit.ys)
     coefs = bootstrap_coefficients(fit, 20_000, seed=0)
     # each refit is the OLS of one of the possible resamples
@@ -529,7 +529,7 @@ def test_every_bootstrap_refit_is_an_exact_ols_fit_of_a_resample(kind: str) -> N
 
 def test_degenerate_resamples_are_dropped() -> None:
     # with 3 models a resample of a single model (prob 3/27) has a singular design
-    fit = fit_trend([60, 70, 80], [50, 58, 70])
+    fit = fit_trend(x=[60, 70, 80], y=[50, 58, 70])
     coefs = bootstrap_coefficients(fit, 2000, seed=0)
     assert 1600 < len(coefs) < 1900
     assert np.isfinite(coefs).all()

@@ -187,7 +187,7 @@ def test_worst_group_is_a_testbed_metric_and_the_y_axis_of_effective_robustness(
     for model in mixed.models:
         assert mixed.accuracies.loc[model, id_setting] == pytest.approx(res.loc[(model, id_setting), "accuracy"])
         assert mixed.accuracies.loc[model, ood] == pytest.approx(res.loc[(model, ood), "worst_group_accuracy"])
-    er = shiftbench.effective_robustness(id_setting, ood, "linear", testbed=mixed, fit_on="all")
+    er = shiftbench.effective_robustness(mixed, id_setting, ood, "linear", fit_on="all")
     assert len(er) == 3
     assert er["y_acc"].to_dict() == pytest.approx(mixed.accuracies[ood].to_dict())
     assert np.allclose(er["effective_robustness"], er["y_acc"] - er["predicted_y_acc"])

@@ -4,7 +4,7 @@ The analysis API needs only numpy, scipy and pandas:
 
 >>> import shiftbench
 >>> tb = shiftbench.load_testbed("imagenet-reference")
->>> fit = shiftbench.fit_trend("val", "imagenetv2-matched-frequency-format-val", testbed=tb)
+>>> fit = shiftbench.fit_trend(tb, "val", "imagenetv2-matched-frequency-format-val")
 >>> round(fit.slope, 2)
 0.92
 """

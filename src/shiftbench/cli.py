@@ -261,7 +261,7 @@ def er_cmd(x: Annotated[list[str], typer.Option(
     xs = x[0] if len(x) == 1 else x
     fit = _fit(tb, xs, y, scale, _fit_on(fit_on), _pivot(pivot))
     _fit_used(tb, fit)
-    er = effective_robustness(xs, y, testbed=tb, fit=fit)
+    er = effective_robustness(tb, xs, y, fit=fit)
     er = most_effectively_robust(er, top) if top is not None else er.sort_values("effective_robustness", ascending=False)
     x_cols = ["x_acc"] if len(x) == 1 else [f"x_acc:{s}" for s in x]
     rows = er.reset_index()[["model", "model_type", *x_cols, "y_acc", "predicted_y_acc", "effective_robustness",

@@ -95,8 +95,8 @@ def fit(testbed, x, y, scale, fit_on, pivot):
     from shiftbench.analysis.trend import fit_piecewise_trend, fit_trend  # deferred: loads pandas, scipy
 
     if pivot is not None:
-        return fit_piecewise_trend(x, y, pivot, scale, testbed=testbed, fit_on=fit_on)
-    return fit_trend(x, y, scale, testbed=testbed, fit_on=fit_on)
+        return fit_piecewise_trend(testbed, x, y, pivot, scale, fit_on=fit_on)
+    return fit_trend(testbed, x, y, scale, fit_on=fit_on)
 
 
 def clean(value):

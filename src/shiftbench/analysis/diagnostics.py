@@ -123,8 +123,8 @@ def trend_diagnostics(
         for scale in dict.fromkeys(scales):
             row: dict[str, object] = {"shift": label, "x": px, "y": py, "scale": scale}
             try:
-                fit = (fit_piecewise_trend(px, py, pivot, scale, testbed=testbed, fit_on=fit_on) if pivot is not None
-                       else fit_trend(px, py, scale, testbed=testbed, fit_on=fit_on))
+                fit = (fit_piecewise_trend(testbed, px, py, pivot, scale, fit_on=fit_on) if pivot is not None
+                       else fit_trend(testbed, px, py, scale, fit_on=fit_on))
                 row.update(kind=fit.kind, r2=fit.r2, slope=fit.slope, intercept=fit.intercept,
                            n_models=fit.n_models, n_skipped=fit.n_skipped, error="")
             except ShiftbenchError as exc:

@@ -504,7 +504,7 @@ def hypotheses_table(
             notes_out.append(f"{shift.label}: not analysed ({exc})")
             continue
         used.append(shift)
-        er = effective_robustness(shift.x, shift.y, testbed=testbed, fit=fit, n_resamples=0)["effective_robustness"]
+        er = effective_robustness(testbed, shift.x, shift.y, fit=fit, n_resamples=0)["effective_robustness"]
         acc_y = testbed.accuracies[shift.y]
         finite = _finite(er), _finite(acc_y)          # once per shift, for every group's pairs
         for g in table.itertuples(index=False):

@@ -67,7 +67,7 @@ def dfr_trends(frame: pd.DataFrame, *, id_split: str = "id-test", split: str = "
         row = {"split": col, "n_models": len(both), "mean_drop": float((both[IID] - both[col]).mean())
                if len(both) else np.nan}
         if len(both) >= 3 and both[IID].std() > 0:
-            fit = fit_trend(both[IID].to_numpy(), both[col].to_numpy(), scale)
+            fit = fit_trend(x=both[IID].to_numpy(), y=both[col].to_numpy(), scale=scale)
             row.update(slope=fit.slope, intercept=fit.intercept, r2=fit.r2,
                        r=float(np.corrcoef(both[IID], both[col])[0, 1]))
         else:

@@ -79,8 +79,8 @@ def fit_shift(testbed: Testbed, shift: ShiftPair, scale: str = "logit", *,
     the testbed has (ImageNet-A's ResNet-50), else linear (:func:`fit_trend`)."""
     pivot = next((m for m in shift.pivot if m in testbed.models), None)
     if pivot is not None:
-        return fit_piecewise_trend(shift.x, shift.y, pivot, scale, testbed=testbed, fit_on=fit_on)
-    return fit_trend(shift.x, shift.y, scale, testbed=testbed, fit_on=fit_on)
+        return fit_piecewise_trend(testbed, shift.x, shift.y, pivot, scale, fit_on=fit_on)
+    return fit_trend(testbed, shift.x, shift.y, scale, fit_on=fit_on)
 
 
 def as_shift(item: object) -> ShiftPair:
@@ -180,7 +180,7 @@ def place_models(
             skipped += skipped_without_trend(testbed, wanted, shift, str(exc))
             continue
         fits[shift.label] = fit
-        er = effective_robustness(shift.x, shift.y, testbed=testbed, fit=fit, confidence=confidence,
+        er = effective_robustness(testbed, shift.x, shift.y, fit=fit, confidence=confidence,
                                   n_resamples=n_resamples, seed=seed)
         rank = er["effective_robustness"].rank(ascending=False, method="min")
         lo, hi = fit.x_range

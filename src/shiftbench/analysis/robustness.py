@@ -34,6 +34,7 @@ from shiftbench.analysis.trend import (
     bootstrap_band,
     bootstrap_interval,
     check_accuracy_arrays,
+    check_testbed_first,
     fit_trend,
     percent_arrays,
     x_settings,
@@ -46,11 +47,11 @@ ER_COLUMNS = ["model_type", "x_acc", "y_acc", "predicted_y_acc", "effective_robu
 
 
 def effective_robustness(
-    x: str | Sequence[str] | ArrayLike,
-    y: str | ArrayLike,
+    testbed: Testbed | None = None,
+    x: str | Sequence[str] | ArrayLike | None = None,
+    y: str | ArrayLike | None = None,
     scale: str = "logit",
     *,
-    testbed: Testbed | None = None,
     fit: TrendFit | MultiTrendFit | None = None,
     fit_on: str | Iterable[str] | None = DEFAULT_FIT_ON,
     models: Iterable[str] | None = None,
@@ -92,6 +93,7 @@ def effective_robustness(
     ``x_acc`` is replaced by one column ``x_acc:<setting>`` per x (``x_acc:x1``... for arrays).
     ``attrs`` holds the fit and the number of models skipped for an empty cell.
     """
+    check_testbed_first("effective_robustness", testbed, x, y)
     x, k = x_settings(x, y, testbed)
     if k > 1 or isinstance(fit, MultiTrendFit):
         if testbed is None and not isinstance(x, str):          # in percent once, here at the boundary
@@ -104,7 +106,7 @@ def effective_robustness(
     if testbed is None:
         ax, ay = check_accuracy_arrays(x, y, fractions)
         if fit is None:
-            fit = fit_trend(ax, ay, scale, fractions=False)        # checked (and converted) above
+            fit = fit_trend(x=ax, y=ay, scale=scale, fractions=False)        # checked (and converted) above
         frame = pd.DataFrame({"x_acc": ax, "y_acc": ay, "x_n": np.nan, "y_n": np.nan,
                               "model_type": "UNKNOWN"})
         skipped = int((~(np.isfinite(ax) & np.isfinite(ay))).sum())
@@ -112,7 +114,7 @@ def effective_robustness(
         frame.index = frame.index.astype(str)
     else:
         if fit is None:
-            fit = fit_trend(x, y, scale, testbed=testbed, fit_on=fit_on)
+            fit = fit_trend(testbed, x, y, scale, fit_on=fit_on)
         wanted = None if models is None else [testbed.check_model(m) for m in models]
         frame, skipped = testbed.paired(str(x), str(y), wanted)
     pred = fit.predict(frame["x_acc"].to_numpy(), frame["x_n"].to_numpy())
@@ -146,7 +148,7 @@ def _multi_effective_robustness(
                           "at each model's point (n_resamples=, seed=)")
     fitted_here = fit is None
     if fit is None:                       # array accuracies are in percent already (effective_robustness)
-        fit = fit_trend(x, y, scale, testbed=testbed, fit_on=fit_on, fractions=False if testbed is None else None)
+        fit = fit_trend(testbed, x, y, scale, fit_on=fit_on, fractions=False if testbed is None else None)
     elif not isinstance(fit, MultiTrendFit):
         raise ConfigError(f"fit is a trend on one x ({fit.x!r}); pass a fit over the same x settings, or none")
     if testbed is None:
@@ -197,10 +199,10 @@ def _multi_effective_robustness(
 
 
 def relative_robustness(
+    testbed: Testbed,
     y: str,
     baseline: str | Mapping[str, str],
     *,
-    testbed: Testbed,
     models: Iterable[str] | None = None,
     x: str | None = None,
 ) -> pd.DataFrame:
@@ -209,8 +211,10 @@ def relative_robustness(
     ``baseline`` is one model name for all, or a mapping ``{model: its baseline}`` (e.g. each
     robust variant to the network it was derived from). With ``x``, the in-distribution change
     ``acc_x(f) - acc_x(f0)`` is reported beside it, so an intervention's shifted gain can be
-    read against its in-distribution gain.
+    read against its in-distribution gain. The testbed comes first, as everywhere.
     """
+    if not isinstance(testbed, Testbed):
+        check_testbed_first("relative_robustness", testbed, y, baseline, data="y, baseline")
     testbed.check_setting(y)
     if x is not None:
         testbed.check_setting(x)

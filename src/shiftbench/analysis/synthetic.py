@@ -107,7 +107,7 @@ def synthetic_effective_robustness(
     per_setting: dict[str, pd.Series] = {}
     for corruption, names in settings.items():
         for s in names:
-            fit = fit_trend(x, s, scale, testbed=testbed, fit_on=fit_on)
+            fit = fit_trend(testbed, x, s, scale, fit_on=fit_on)
             # rho = acc_y - beta(acc_x), exactly as effective_robustness computes it
             pairs, _ = testbed.paired(x, s)
             pred = fit.predict(pairs["x_acc"].to_numpy(), pairs["x_n"].to_numpy())
@@ -470,7 +470,7 @@ def _per_setting(testbed: Testbed, x: str, natural: str, scale: str, *, adversar
         if left_out:
             notes.append(f"left out as gaps in the data ({len(left_out)} settings): " + ", ".join(left_out))
     syn = synthetic_effective_robustness(testbed, x, settings, scale)
-    nat = effective_robustness(x, natural, scale, testbed=testbed, n_resamples=0)
+    nat = effective_robustness(testbed, x, natural, scale, n_resamples=0)
     frame = pd.DataFrame({"model_type": syn["model_type"], "synthetic_er": syn[SYNTHETIC],
                           "natural_er": nat["effective_robustness"].reindex(syn.index),
                           "in_fit": nat["in_fit"].reindex(syn.index).fillna(False).astype(bool)}).dropna()

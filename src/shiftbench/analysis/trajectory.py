@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from shiftbench.analysis.robustness import effective_robustness
-from shiftbench.analysis.trend import DEFAULT_FIT_ON, Band, TrendFit, fit_trend
+from shiftbench.analysis.trend import DEFAULT_FIT_ON, Band, TrendFit, check_testbed_first, fit_trend
 from shiftbench.errors import ConfigError, DataError
 from shiftbench.testbed import Testbed
 
@@ -82,12 +82,12 @@ def trajectory_accuracies(frame: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
 
 
 def trajectory_effective_robustness(
-    frame: pd.DataFrame,
-    x: str,
-    y: str,
+    testbed: Testbed | None = None,
+    frame: pd.DataFrame | None = None,
+    x: str | None = None,
+    y: str | None = None,
     scale: str = "logit",
     *,
-    testbed: Testbed | None = None,
     fit: TrendFit | None = None,
     fit_on: str | Iterable[str] | None = DEFAULT_FIT_ON,
     band: Band | None = None,
@@ -97,7 +97,8 @@ def trajectory_effective_robustness(
 ) -> pd.DataFrame:
     """Effective robustness ``rho = acc_y - beta(acc_x)`` of every checkpoint of a trajectory.
 
-    ``beta`` is ``fit``, or the trend of ``y`` on ``x`` fitted on ``testbed``'s ``fit_on`` models
+    The testbed comes first (``None`` with ``fit=``, then the rest by keyword). ``beta`` is
+    ``fit``, or the trend of ``y`` on ``x`` fitted on ``testbed``'s ``fit_on`` models
     (default STANDARD; checkpoints of trajectories in the testbed are never fitted on). The
     interval (``er_low``, ``er_high``) is that of :func:`~shiftbench.analysis.effective_robustness`
     (Clopper-Pearson of the checkpoint's shifted accuracy and the trend's bootstrap band) when
@@ -108,18 +109,21 @@ def trajectory_effective_robustness(
 
     >>> import pandas as pd
     >>> from shiftbench.analysis import fit_trend
-    >>> fit = fit_trend([20, 50, 80], [10, 40, 70], scale="linear")      # y = x - 10
+    >>> fit = fit_trend(x=[20, 50, 80], y=[10, 40, 70], scale="linear")      # y = x - 10
     >>> traj = pd.DataFrame({"step": [0, 0, 5, 5], "epoch": [0, 0, 1, 1], "setting": ["id", "ood"] * 2,
     ...                      "accuracy": [30, 35, 90, 80], "n_examples": 100, "model": ["r@step0"] * 2 + ["r@step5"] * 2})
-    >>> trajectory_effective_robustness(traj, "id", "ood", fit=fit)["effective_robustness"].round(6).tolist()
+    >>> trajectory_effective_robustness(frame=traj, x="id", y="ood", fit=fit)["effective_robustness"].round(6).tolist()
     [15.0, 0.0]
     """
+    check_testbed_first("trajectory_effective_robustness", testbed, x, y, data="frame, x, y")
+    if frame is None:
+        raise ConfigError("trajectory_effective_robustness() needs frame=: the trajectory's accuracies")
     acc = trajectory_accuracies(frame, x, y)
     if fit is None:
         if testbed is None:
             raise ConfigError("give testbed=... (the trend is fitted on its standard models) or fit=...")
         standard = [m for m in testbed.models if not is_checkpoint(m)]
-        fit = fit_trend(x, y, scale, testbed=testbed.select(standard), fit_on=fit_on)
+        fit = fit_trend(testbed.select(standard), x, y, scale, fit_on=fit_on)
     if len(acc) == 0:
         raise DataError(f"the trajectory has no checkpoint evaluated on both {x!r} and {y!r}")
     points = Testbed.from_frame(pd.DataFrame({
@@ -127,8 +131,8 @@ def trajectory_effective_robustness(
         "accuracy": list(acc["x_acc"]) + list(acc["y_acc"]),
         "n_examples": list(acc["x_n"]) + list(acc["y_n"])}), name="trajectory",
         fractions=False)                  # percentages: a checkpoint at chance (0.1%) is a real one
-    er = effective_robustness(x, y, testbed=points, fit=fit, band=band, n_resamples=n_resamples,
-                              confidence=confidence, seed=seed)
+    er = effective_robustness(points, x, y, fit=fit, band=band, n_resamples=n_resamples, confidence=confidence,
+                              seed=seed)
     er = er.reindex(acc["model"])
     out = pd.DataFrame({"step": acc["step"].to_numpy(), "epoch": acc["epoch"].to_numpy(),
                         "model": acc["model"].to_numpy(), "x_acc": acc["x_acc"].to_numpy(),

@@ -177,7 +177,7 @@ def _er(testbed: Any, x: str, name: str, values: pd.Series) -> pd.Series:
         tb = Testbed(pd.DataFrame({x: testbed.accuracies[x], "__y": values}), metadata=testbed.metadata,
                      name=testbed.name)
         y = "__y"
-    er = effective_robustness(x, y, testbed=tb, n_resamples=0)
+    er = effective_robustness(tb, x, y, n_resamples=0)
     return er["effective_robustness"].reindex(testbed.accuracies.index)
 
 

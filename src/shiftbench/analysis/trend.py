@@ -386,6 +386,18 @@ def _ols(design: np.ndarray, ys: np.ndarray) -> tuple[np.ndarray, np.ndarray, fl
     return coef, np.sqrt(np.diag(cov)), r2, float(np.sqrt(s2))
 
 
+def check_testbed_first(func: str, testbed: object, x: object, y: object, *, data: str = "x, y") -> None:
+    """The one calling convention of every function that reads a testbed: the testbed first
+    (positionally or as ``testbed=``), setting names after it; arrays by keyword with no
+    testbed. Anything else passed first (a setting name, an array) is a ConfigError saying so."""
+    if testbed is not None and not isinstance(testbed, Testbed):
+        got = repr(testbed) if isinstance(testbed, str) else type(testbed).__name__
+        raise ConfigError(f"{func}() takes the testbed first: {func}(testbed, {data}, ...); got {got} in its place "
+                          f"(arrays of accuracies go by keyword without a testbed: {func}(x=..., y=...))")
+    if x is None or y is None:
+        raise ConfigError(f"{func}() needs x and y: setting names of the testbed, or arrays of accuracies")
+
+
 def x_settings(x: object, y: object, testbed: Testbed | None) -> tuple[object, int]:
     """Normalise the in-distribution argument of a fit: ``(x, 1)`` for one axis (a setting name
     or a 1-D array, exactly as before), ``(names, K)`` or ``(array (n, K) / DataFrame, K)`` for
@@ -482,18 +494,20 @@ def _fit_multi(x: object, y: object, scale: str, testbed: Testbed | None,
 
 # ---------------------------------------------------------------------------- public fits
 @overload
-def fit_trend(x: str, y: str | ArrayLike, scale: str = "logit", *, testbed: Testbed | None = None,
-              fit_on: str | Iterable[str] | None = DEFAULT_FIT_ON, fractions: bool | None = None) -> TrendFit: ...
+def fit_trend(testbed: Testbed | None = None, x: str | None = None, y: str | ArrayLike | None = None,
+              scale: str = "logit", *, fit_on: str | Iterable[str] | None = DEFAULT_FIT_ON,
+              fractions: bool | None = None) -> TrendFit: ...
 @overload
-def fit_trend(x: Sequence[str] | ArrayLike, y: str | ArrayLike, scale: str = "logit", *,
-              testbed: Testbed | None = None, fit_on: str | Iterable[str] | None = DEFAULT_FIT_ON,
+def fit_trend(testbed: Testbed | None = None, x: Sequence[str] | ArrayLike | None = None,
+              y: str | ArrayLike | None = None, scale: str = "logit", *,
+              fit_on: str | Iterable[str] | None = DEFAULT_FIT_ON,
               fractions: bool | None = None) -> TrendFit | MultiTrendFit: ...
 def fit_trend(
-    x: str | Sequence[str] | ArrayLike,
-    y: str | ArrayLike,
+    testbed: Testbed | None = None,
+    x: str | Sequence[str] | ArrayLike | None = None,
+    y: str | ArrayLike | None = None,
     scale: str = "logit",
     *,
-    testbed: Testbed | None = None,
     fit_on: str | Iterable[str] | None = DEFAULT_FIT_ON,
     fractions: bool | None = None,
 ) -> TrendFit | MultiTrendFit:
@@ -511,14 +525,16 @@ def fit_trend(
 
     Parameters
     ----------
+    testbed:
+        The :class:`~shiftbench.testbed.Testbed` holding the accuracies, always the first
+        argument (as in every function that reads a testbed); ``None`` when ``x`` and ``y`` are
+        arrays, which are then passed by keyword: ``fit_trend(x=[...], y=[...])``.
     x, y:
         Setting names of ``testbed`` (in-distribution and shifted; ``x`` one name or a sequence
         of K names), or, without a testbed, arrays of accuracies in percent (``x`` 1-D, or
         ``(n, K)`` / a K-column DataFrame; all finite rows are fitted).
     scale:
         ``"logit"`` (default), ``"probit"`` or ``"linear"``; see :mod:`shiftbench.analysis.scaling`.
-    testbed:
-        The :class:`~shiftbench.testbed.Testbed` holding the accuracies.
     fit_on:
         Which models the line is fitted on: model types, tags or model names (a union; see
         :meth:`Testbed.resolve`). Default: ``STANDARD`` models, the published protocol.
@@ -531,10 +547,11 @@ def fit_trend(
 
     Examples
     --------
-    >>> fit = fit_trend([60, 70, 80], [45, 56, 67], scale="linear")
+    >>> fit = fit_trend(x=[60, 70, 80], y=[45, 56, 67], scale="linear")
     >>> round(fit.slope, 3), round(fit.intercept, 3)
     (1.1, -0.21)
     """
+    check_testbed_first("fit_trend", testbed, x, y)
     x, k = x_settings(x, y, testbed)
     if k > 1:
         return _fit_multi(x, y, scale, testbed, fit_on, fractions)
@@ -552,12 +569,12 @@ def fit_trend(
 
 
 def fit_piecewise_trend(
-    x: str | ArrayLike,
-    y: str | ArrayLike,
-    pivot: float | str,
+    testbed: Testbed | None = None,
+    x: str | ArrayLike | None = None,
+    y: str | ArrayLike | None = None,
+    pivot: float | str | None = None,
     scale: str = "logit",
     *,
-    testbed: Testbed | None = None,
     fit_on: str | Iterable[str] | None = DEFAULT_FIT_ON,
     fractions: bool | None = None,
 ) -> PiecewiseTrendFit:
@@ -567,8 +584,12 @@ def fit_piecewise_trend(
     ``x`` accuracy is used - for ImageNet-A, the ResNet-50 it was filtered against
     (``pivot="resnet50"``). At least two fitted models are needed on each side of the pivot.
     There is no piecewise form over several x settings (ConfigError). ``fractions`` as in
-    :func:`fit_trend` (for arrays; a numeric ``pivot`` is in percent either way).
+    :func:`fit_trend` (for arrays; a numeric ``pivot`` is in percent either way). The testbed
+    comes first, as in :func:`fit_trend`.
     """
+    check_testbed_first("fit_piecewise_trend", testbed, x, y)
+    if pivot is None:
+        raise ConfigError("fit_piecewise_trend needs pivot=: an accuracy in percent or a model name")
     x, k = x_settings(x, y, testbed)
     if k > 1:
         raise ConfigError(f"a piecewise trend takes one x; got {k} x settings; drop the pivot or give one x")

@@ -53,7 +53,7 @@ def register(app: typer.Typer) -> None:
         line = res.agreement_line
         if as_json:
             print(json.dumps({
-                "id": id_setting, "ood": ood_setting, "methods": list(res.methods), "atc_score": atc_score,
+                "x": id_setting, "y": ood_setting, "methods": list(res.methods), "atc_score": atc_score,
                 "n_examples_id": len(ind.example_ids), "n_examples_ood": len(ood.example_ids),
                 "left_out": left_out,
                 "models": [{"model": r["model"], "accuracy_id": _num(r["accuracy_id"]),

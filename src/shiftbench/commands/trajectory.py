@@ -76,13 +76,13 @@ def register(app: typer.Typer) -> None:
             fit, note = fits.get((tx, ty)), None
             if fit is None and tb is not None:
                 try:
-                    fit = fits[(tx, ty)] = fit_trend(tx, ty, scale, testbed=tb)
+                    fit = fits[(tx, ty)] = fit_trend(tb, tx, ty, scale)
                 except ShiftbenchError as exc:
                     note = f"no trend: {exc}"
             elif tb is None:
                 note = "no trend: the store has no finished models of its own; pass -t TESTBED"
             if fit is not None:
-                er = trajectory_effective_robustness(tr.frame, tx, ty, fit=fit)
+                er = trajectory_effective_robustness(frame=tr.frame, x=tx, y=ty, fit=fit)
             else:
                 er = trajectory_accuracies(tr.frame, tx, ty).assign(predicted_y_acc=np.nan, effective_robustness=np.nan)
                 notes.append(f"{n}: {note}")

@@ -295,7 +295,7 @@ def run_finetune_demo(
     frames, note, fit = [], None, None
     for name, tracker in trackers.items():
         try:
-            er = trajectory_effective_robustness(tracker.frame, ID_SETTING, OOD_SETTING, testbed=tb, fit=fit) \
+            er = trajectory_effective_robustness(tb, tracker.frame, ID_SETTING, OOD_SETTING, fit=fit) \
                 if tb is not None else None
         except (DataError, ConfigError) as exc:
             er, note = None, f"no effective robustness: {exc}"

@@ -86,7 +86,7 @@ def relative_table(tb: Testbed, bases: Mapping[str, str], ys: Sequence[str],
     for y in ys:
         if y not in tb.settings:
             continue
-        rr = relative_robustness(y, pairs, testbed=tb, x=ID)
+        rr = relative_robustness(tb, y, pairs, x=ID)
         out["id_gain"] = rr["x_gain"]
         out[f"rr:{y}"] = rr["relative_robustness"]
         if y in er:

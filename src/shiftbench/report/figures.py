@@ -274,7 +274,7 @@ def plot_trend(
     small and translucent.
     """
     if fit is None:
-        fit = fit_trend(x, y, scale, testbed=testbed, fit_on=fit_on)
+        fit = fit_trend(testbed, x, y, scale, fit_on=fit_on)
     scale = fit.scale
     if band is None and n_resamples > 0:
         band = bootstrap_band(fit, n_resamples=n_resamples, seed=seed)

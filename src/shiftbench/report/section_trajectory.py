@@ -77,7 +77,7 @@ def _trend(ctx: ReportContext, tb: TestbedReport, x: str, y: str):
             return a.fit, a.band
 
     models = tb.testbed.select([m for m in tb.testbed.models if not is_checkpoint(m)])
-    return fit_trend(x, y, ctx.scale, testbed=models), None
+    return fit_trend(models, x, y, ctx.scale), None
 
 
 @register_section
@@ -104,7 +104,7 @@ class TrajectorySection(Section):
         head = f"<h4>{esc(y)} vs {esc(x)}: {len(trajs)} trajectories</h4>"
         try:
             fit, band = _trend(ctx, tb, x, y)
-            ers = {n: trajectory_effective_robustness(f, x, y, fit=fit) for n, f in trajs.items()}
+            ers = {n: trajectory_effective_robustness(frame=f, x=x, y=y, fit=fit) for n, f in trajs.items()}
         except ShiftbenchError as exc:
             return head + f'<p class="sb-reason">No trend to compare with: {esc(str(exc).rstrip("."))}.</p>'
         lines = []

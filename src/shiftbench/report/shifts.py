@@ -70,7 +70,7 @@ def analyse_shift(
     try:
         fit = fit_shift(testbed, shift, scale, fit_on=fit_on)
         band = bootstrap_band(fit, n_resamples=n_resamples, seed=seed)
-        er = effective_robustness(shift.x, shift.y, testbed=testbed, fit=fit, band=band)
+        er = effective_robustness(testbed, shift.x, shift.y, fit=fit, band=band)
     except ShiftbenchError as exc:
         return ShiftAnalysis(shift, error=str(exc))
     return ShiftAnalysis(shift, fit=fit, band=band, er=er)

@@ -81,7 +81,7 @@ def plot_trajectory(
     with every trajectory drawn over it in step order (ring: first checkpoint, star: last)."""
     trajs = _check(trajectories)
     models = _models(testbed)
-    fit = fit if fit is not None else fit_trend(x, y, scale, testbed=models)
+    fit = fit if fit is not None else fit_trend(models, x, y, scale)
     fig = plot_trend(models, x, y, fit=fit, band=band, n_resamples=n_resamples,
                      title=title or f"Fine-tuning trajectories: {y} vs {x}")
     ax = fig.axes[0]

@@ -223,8 +223,8 @@ class Trajectory:
         """Effective robustness of every checkpoint against ``testbed``'s trend of ``y`` on ``x``
         (defaults: the ID setting and the first shifted one); see
         :func:`~shiftbench.analysis.trajectory.trajectory_effective_robustness`."""
-        return trajectory_effective_robustness(self.frame, x or self.id_setting, y or self._default_y(), scale,
-                                               testbed=testbed, **kwargs)
+        return trajectory_effective_robustness(testbed, self.frame, x or self.id_setting, y or self._default_y(),
+                                               scale, **kwargs)
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, model: Any, step: int, epoch: float | None = None) -> pd.DataFrame:
