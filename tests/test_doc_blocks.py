@@ -16,9 +16,10 @@ BLOCKS = [b for b in D.all_blocks() if b.lang in D.RUN_LANGS]
 
 
 @pytest.fixture(scope="module")
-def doc_runs(tmp_path_factory):
+def doc_runs(tmp_path_factory, request):
     """One DocRun per Markdown file; registries that importing ``shiftbench.demo`` or a plugin
-    fills are restored afterwards (other test modules check their exact contents)."""
+    fills are restored afterwards (other test modules check their exact contents). Setups that
+    need a fixture (the session's reduced digits demo) get it from ``request``."""
     from shiftbench import settings
     from shiftbench.datasets import DATASETS
     from shiftbench.models.registry import ARCHS
@@ -28,13 +29,17 @@ def doc_runs(tmp_path_factory):
 
     def get(path):
         if path not in runs:
-            runs[path] = D.DocRun(path, tmp_path_factory.mktemp(path.stem))
+            runs[path] = D.DocRun(path, tmp_path_factory.mktemp(path.stem), fixture=request.getfixturevalue)
         return runs[path]
 
+    import torch                                # the blocks load it anyway
+
+    threads = torch.get_num_threads()
     yield get
     for registry, old in saved:
         registry.clear()
         registry.update(old)
+    torch.set_num_threads(threads)              # a block may pin it (docs/trajectories.md)
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[f"{b.name}-{b.lang}" for b in BLOCKS])
@@ -93,3 +98,25 @@ def test_console_commands_continuations_and_comments():
     assert [c.command for c in cmds] == ["shiftbench eval --model m --setting val",
                                          "for s in a b; do\n  echo \"#$s\"; done", ""]
     assert cmds[0].expected == ["out 1"] and cmds[1].expected == ["#a", "#b"] and cmds[0].line == 2
+
+
+def test_an_output_block_is_what_the_python_block_before_it_must_print(tmp_path):
+    doc = tmp_path / "doc.md"
+    doc.write_text("```python\nprint(0.91234, 7)\n```\n\n<!-- docs-test: output -->\n```\n0.912 7\n```\n")
+    block = D.parse(doc)[0]
+    assert block.expected == "0.912 7\n"
+    D.DocRun(doc, tmp_path).run(block)                  # numbers to the precision shown
+    block.expected = "0.913 7\n"
+    with pytest.raises(D.DocsTestError, match="the python block prints"):
+        D.DocRun(doc, tmp_path).run(block)
+    doc.write_text("```console\n$ true\n```\n\n<!-- docs-test: output -->\n```\n1\n```\n")
+    with pytest.raises(D.DocsTestError, match="goes right after a python block"):
+        D.parse(doc)
+
+
+def test_a_setup_that_needs_a_fixture_gets_it_and_says_so_without_one(tmp_path):
+    doc = tmp_path / "doc.md"
+    doc.write_text("<!-- docs-test: setup digits-demo -->\n```python\npass\n```\n")
+    block = D.parse(doc)[0]
+    with pytest.raises(D.DocsTestError, match="needs the pytest fixture 'reduced_demo'"):
+        D.DocRun(doc, tmp_path).run(block)

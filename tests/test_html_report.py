@@ -126,11 +126,37 @@ def test_tables_are_written_as_csv_markdown_and_latex(report):
     assert list(cal.columns) == ["model", "setting", "accuracy", "ece", "nll", "brier", "n_examples"] and len(cal) == 5
 
 
-def test_synthetic_section_and_its_csv_name_the_recipe(report):
+def test_synthetic_section_uses_the_papers_recipe_and_names_the_alternative(report):
     path, document = report
     text = section(markup(document), "tb-tiny-synthetic")
-    assert "Recipe <code>per-setting</code>" in text and "Taori et al. 2020" in text and "taori2020" in text
+    assert "Recipe <code>taori2020</code>" in text and "Taori et al. 2020" in text
+    assert "<code>per-setting</code> variant" in text and "--recipe per-setting" in text
+    # the tiny testbed has in-memory ImageNet-C only: the recipe says what it computed without
+    assert "fallback: testbed lacks" in text and "_on-disk" in text
     table = pd.read_csv(path.parent / "tiny" / "synthetic_vs_natural.csv")
+    assert set(table["recipe"]) == {"taori2020"}
+    res = sb.synthetic_vs_natural(tiny_testbed(), "taori2020", V2, fallback=True)
+    shown = table.set_index("model")
+    assert shown["in_correlation"].sum() == res.n == 7
+    np.testing.assert_allclose(shown.loc[res.models, "synthetic_er"], res.table.loc[res.models, "synthetic_er"])
+    assert f"Pearson r = {res.r:.2f}" in text
+    models = pd.read_csv(path.parent / "tiny" / "models.csv", keep_default_na=False, na_values=[""]).set_index("model")
+    np.testing.assert_allclose(models.loc[res.models, "er_synthetic"], res.table.loc[res.models, "synthetic_er"],
+                               atol=0.006)       # the models table rounds to 2 digits
+
+
+def test_synthetic_section_falls_back_to_per_setting_without_imagenet_c(tmp_path):
+    tb = tiny_testbed("generic")
+    frame = tb.accuracies.rename(columns={c: c.replace("imagenet-c.", "val+").replace("_in-memory", "")
+                                          for c in CORRUPTIONS})
+    sizes = tb.sizes.rename(columns={c: c.replace("imagenet-c.", "val+").replace("_in-memory", "")
+                                     for c in CORRUPTIONS})
+    generic = sb.Testbed(frame, sizes, tb.metadata, name="generic")
+    path = write_html_report([generic], tmp_path / "out", n_resamples=20)
+    text = section(markup(path.read_text(encoding="utf-8")), "tb-generic-synthetic")
+    assert "Recipe <code>per-setting</code>" in text
+    assert "Not the paper's recipe: <code>taori2020</code>" in text and "needs ImageNet-C settings" in text
+    table = pd.read_csv(path.parent / "generic" / "synthetic_vs_natural.csv")
     assert set(table["recipe"]) == {"per-setting"}
 
 
@@ -159,10 +185,11 @@ def test_shifts_without_data_are_listed_not_drawn(report):
     assert 'id="tb-tiny-objectnet"' not in doc
 
 
-def test_imagenet_a_is_fitted_piecewise_around_resnet50(report):
+def test_imagenet_a_is_fitted_as_two_lines_split_at_resnet50(report):
     _, doc = report
-    a = section(doc, "tb-tiny-imagenet-a")
-    assert "Piecewise trend" in a and "resnet50" in a and "pivot 86.10%" in a   # resnet50 on the A classes
+    a = section(doc, "tb-tiny-imagenet-a")                  # the authors' recipe: resnet50 on the A classes
+    assert "Two independent lines" in a and "resnet50&#x27;s in-distribution accuracy (86.10%)" in a
+    assert "recipe taori2020: 7 models (STANDARD) in two lines" in a and "pivot: resnet50 86.10%" in a
 
 
 def test_sections_without_data_are_absent(report, tmp_path):

@@ -534,7 +534,8 @@ def test_cli_informativeness_prints_the_method_and_models_per_metric_and_one_lin
     assert res.exit_code == 0, res.output
     assert "tell MORE_DATA from STANDARD" in res.stdout and "ranked 3 settings for 1 groups" in res.stdout
     for args, message in ((["--group", "MORE_DAT"], "error: unknown group 'MORE_DAT'; did you mean 'MORE_DATA'"),
-                          (["--method", "djolonga"], "error: unknown informativeness method 'djolonga'"),
+                          (["--method", "djolonga"], ("error: unknown --method 'djolonga' for informativeness "
+                                                      "(did you mean 'djolonga2021'?)")),
                           (["--min-models-per-group", "20"], ("error: djolonga2021: testbed 'tiny' has no two model "
                                                               "types with min_models_per_group=20"))):
         monkeypatch.setattr(sys, "argv", ["shiftbench", "informativeness", "-t", str(path), *args])

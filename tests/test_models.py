@@ -421,6 +421,7 @@ def test_open_clip_glue_builds_a_zero_shot_head_from_class_names(monkeypatch):
     zsc.build_zero_shot_classifier = build_zero_shot_classifier
     zsm = types.ModuleType("open_clip.zero_shot_metadata")
     zsm.OPENAI_IMAGENET_TEMPLATES = (lambda c: f"a photo of a {c}.",)
+    zsm.IMAGENET_CLASSNAMES = tuple(f"curated {n}" for n in ResNet50_Weights.IMAGENET1K_V2.meta["categories"])
     fake.zero_shot_classifier, fake.zero_shot_metadata = zsc, zsm
     for name, mod in [("open_clip", fake), ("open_clip.zero_shot_classifier", zsc),
                       ("open_clip.zero_shot_metadata", zsm)]:
@@ -428,7 +429,10 @@ def test_open_clip_glue_builds_a_zero_shot_head_from_class_names(monkeypatch):
 
     m = load_model("open_clip:ViT-B-32@openai")
     assert m.name == "ViT-B-32@openai" and m.num_classes == 1000
-    assert seen["classnames"] == ResNet50_Weights.IMAGENET1K_V2.meta["categories"] == m.class_names
+    # the CLIP paper's curated names in the prompts (head clip-paper); the label space keeps torchvision's
+    assert seen["classnames"] == list(zsm.IMAGENET_CLASSNAMES)
+    assert m.class_names == ResNet50_Weights.IMAGENET1K_V2.meta["categories"]
+    assert m.fingerprint == "open_clip:ViT-B-32@openai+head:clip-paper"
     assert m.preprocessing == Preprocessing(224, 224, "bicubic", (0.48145466, 0.4578275, 0.40821073),
                                             (0.26862954, 0.26130258, 0.27577711))
     assert m.metadata["model_type"] == "MORE_DATA" and m.metadata["training_data"] == "openai"

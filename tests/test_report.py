@@ -22,7 +22,8 @@ V2_PNG, SKETCH_PNG = f"{file_slug('ImageNetV2')}.png", f"{file_slug('ImageNet-Sk
 V2 = "imagenetv2-matched-frequency-format-val"
 SKETCH = "imagenet-sketch"
 PNG = b"\x89PNG\r\n\x1a\n"
-FITS_COLUMNS = ["shift", "x", "y", "kind", "slope", "intercept", "r2", "n_models", "n_skipped"]
+FITS_COLUMNS = ["shift", "x", "y", "kind", "slope", "intercept", "r2", "n_models", "n_skipped",
+                "recipe", "slope_below", "intercept_below", "n_excluded", "excluded"]
 
 
 def hand_built(sketch_standard: int = 6, name: str = "tiny") -> tbmod.Testbed:
@@ -127,7 +128,7 @@ def test_summary_lists_the_most_effectively_robust_models(report) -> None:
     best = shiftbench.effective_robustness(tb, "val", V2, n_resamples=0)["effective_robustness"].idxmax()
     assert rows[0].startswith(f"| {best} |")
     assert best.startswith("more")
-    assert "Fit: logit(y) = " in part and "6 models, 0 skipped for empty cells" in part
+    assert "Fit: logit(y) = " in part and "recipe standard: 6 models (STANDARD); none left out" in part
 
 
 def test_a_shift_the_testbed_lacks_is_not_analysed_with_the_reason(report) -> None:
@@ -172,12 +173,20 @@ def test_two_testbeds_get_two_sections(tmp_path: Path) -> None:
     assert (tmp_path / "one" / "fits.csv").exists() and (tmp_path / "two" / "fits.csv").exists()
 
 
-def test_custom_shift_with_a_pivot_is_fitted_piecewise(tmp_path: Path) -> None:
-    shift = ShiftPair("My V2", "val", V2, pivot=("no-such-model", "std2"))
-    text = write_report([hand_built()], tmp_path, shifts=[shift], n_resamples=100).read_text()
-    assert "piecewise around 68.00%" in section(text, "My V2")
+def test_custom_shift_with_a_pivot_is_fitted_around_it(tmp_path: Path) -> None:
+    extra = tbmod.Testbed.from_frame(pd.DataFrame({"model": ["std6", "std7"], "model_type": ["STANDARD"] * 2,
+                                                   "val": [84.0, 88.0], V2: [72.2, 76.1]}), name="extra")
+    tb = hand_built().merge(extra, name="tiny")
+    shift = ShiftPair("My V2", "val", V2, pivot=("no-such-model", "std3"))
+    text = write_report([tb], tmp_path, shifts=[shift], n_resamples=100).read_text()
+    # the authors' recipe: two lines split at the pivot model's 72%, the pivot model in neither
+    assert "two independent lines split at std3's 72.00%" in section(text, "My V2")
+    assert "3 below, 4 above" in section(text, "My V2")
     assert (tmp_path / "tiny" / f"{file_slug('My V2')}.png").read_bytes().startswith(PNG)
-    assert pd.read_csv(tmp_path / "tiny" / "fits.csv")["kind"].tolist() == ["piecewise"]
+    fits = pd.read_csv(tmp_path / "tiny" / "fits.csv")
+    assert fits[["kind", "recipe", "n_models", "n_excluded"]].values.tolist() == [["two-line", "taori2020", 7, 1]]
+    assert fits.at[0, "excluded"] == "1 the pivot model std3"
+    assert analyse_shift(tb, shift, recipe="hinge", n_resamples=50).fit.kind == "piecewise"
 
 
 def test_analyse_shift_records_failures_instead_of_raising() -> None:
@@ -212,8 +221,10 @@ def test_write_report_on_imagenet_reference(tmp_path: Path) -> None:
     fits = pd.read_csv(tmp_path / "imagenet-reference" / "fits.csv").set_index("shift")
     assert list(fits.index) == [s.label for s in NATURAL_SHIFTS]
     assert fits.at["ImageNetV2", "slope"] == pytest.approx(0.92, abs=0.01)  # Taori et al. 2020
-    assert fits.at["ImageNetV2", "n_models"] == 87
-    assert fits.at["ImageNet-A", "kind"] == "piecewise"
+    # the published testbed: the authors' recipe, their model selection and ImageNet-A's two lines
+    assert fits.at["ImageNetV2", "n_models"] == 85 and fits.at["ImageNetV2", "n_excluded"] == 2
+    assert (fits["recipe"] == "taori2020").all()
+    assert fits.at["ImageNet-A", "kind"] == "two-line" and fits.at["ImageNet-A", "n_models"] == 33 + 51
     assert (fits.drop(index="ImageNet-A")["kind"] == "linear").all()
     for shift in NATURAL_SHIFTS:
         assert (tmp_path / "imagenet-reference" / f"{file_slug(shift.label)}.png").read_bytes().startswith(PNG)

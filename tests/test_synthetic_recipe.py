@@ -181,7 +181,7 @@ def test_cleaning_drops_no_model_and_says_how_the_average_was_taken(raw, cleaned
     assert any("zoom_blur_in-memory (119 models)" in n for n in b.notes) and not a.notes
 
 
-def test_per_setting_recipe_is_the_reports_correlation(cleaned):
+def test_per_setting_recipe_is_the_mean_of_each_settings_effective_robustness(cleaned):
     res = synthetic_vs_natural(cleaned, "per-setting")
     settings, _ = complete_severities(cleaned, corruption_settings(cleaned))
     syn = synthetic_effective_robustness(cleaned, "val", settings)

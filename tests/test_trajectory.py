@@ -17,7 +17,7 @@ from torch import nn  # noqa: E402
 
 from shiftbench.analysis import fit_trend  # noqa: E402
 from shiftbench.analysis.trajectory import (  # noqa: E402
-    check_trajectory, is_checkpoint, trajectory_effective_robustness, trajectory_summary)
+    check_trajectory, is_checkpoint, trajectory_effective_robustness, trajectory_endpoints)
 from shiftbench.studies.trajectory import Trajectory  # noqa: E402
 from shiftbench.errors import ConfigError, DataError, StoreError  # noqa: E402
 from shiftbench.models import Preprocessing  # noqa: E402
@@ -150,7 +150,7 @@ def test_effective_robustness_of_checkpoints_against_a_known_linear_trend():
     assert er["step"].tolist() == [0, 5, 9]
     assert er["predicted_y_acc"].tolist() == pytest.approx([20, 50, 80])
     assert er["effective_robustness"].tolist() == pytest.approx([15, 8, 0])
-    s = trajectory_summary(er)
+    s = trajectory_endpoints(er)
     assert (s["start_er"], s["peak_step"], s["peak_er"], s["end_er"]) == pytest.approx((15, 0, 15, 0))
 
 
@@ -300,19 +300,28 @@ def test_finetune_demo_on_tiny_subsets_tracks_both_runs_and_resumes(demo_registr
         pytest.skip("Fashion-MNIST is not installed (apt-get install dataset-fashion-mnist, or `make demo-data`)")
     tb = TB.from_frame(pd.DataFrame({"model": ["a", "b", "c"], "model_type": "STANDARD",
                                      "mnist-test": [30.0, 60.0, 90.0], "uci-digits": [20.0, 40.0, 70.0]}))
-    kw = dict(n_train=192, n_pretrain=192, pretrain_epochs=1, batch_size=64, early_steps=(1,), limit=60, testbed=tb)
+    kw = dict(n_train=192, n_pretrain=192, pretrain_epochs=1, batch_size=64, early_steps=(1,), limit=60, testbed=tb,
+              seeds=(0, 1))
     first = run_finetune_demo(DIGITS_DATA, tmp_path / "ws", **kw, epochs=1)
-    assert first["step"].tolist() == [0, 1, 3] * 2
-    assert set(first["trajectory"]) == {"cnn-w8-fmnist-pretrained", "cnn-w8-scratch"}
+    assert first["step"].tolist() == [0, 1, 3] * 4
+    assert list(dict.fromkeys(first["trajectory"])) == ["cnn-w8-fmnist-pretrained", "cnn-w8-fmnist-pretrained-seed1",
+                                                        "cnn-w8-scratch", "cnn-w8-scratch-seed1"]
+    assert list(dict.fromkeys(first["recipe"])) == ["cnn-w8-fmnist-pretrained", "cnn-w8-scratch"]
+    assert first.groupby("recipe")["seed"].unique().map(list).tolist() == [[0, 1], [0, 1]]
+    # two seeds of one recipe differ (data order, classifier initialisation)
+    runs = {n: g["y_acc"].to_numpy() for n, g in first.groupby("trajectory")}
+    assert not np.array_equal(runs["cnn-w8-scratch"], runs["cnn-w8-scratch-seed1"])
     fit = fit_trend(tb, "mnist-test", "uci-digits")
     assert first["effective_robustness"].tolist() == pytest.approx(
         (first["y_acc"] - fit.predict(first["x_acc"].to_numpy())).tolist())
     # a longer run in the same workspace resumes from the epoch-1 checkpoint and appends epoch 2
     second = run_finetune_demo(DIGITS_DATA, tmp_path / "ws", **kw, epochs=2)
-    assert second["step"].tolist() == [0, 1, 3, 6] * 2
+    assert second["step"].tolist() == [0, 1, 3, 6] * 4
     pd.testing.assert_frame_equal(second[second["step"] < 6].reset_index(drop=True), first)
     stored = Trajectory.load(tmp_path / "ws" / "store", "cnn-w8-scratch").frame
     assert len(stored) == 8 and (stored["n_examples"] == 60).all()
+    seed1 = Trajectory.load(tmp_path / "ws" / "store", "cnn-w8-scratch-seed1")
+    assert "recipe:cnn-w8-scratch" in seed1.tags
 
 
 # ----------------------------------------------------------------------------- CLI

@@ -23,7 +23,8 @@ _LAZY = {
     "fit_trend": "shiftbench.analysis.trend", "fit_piecewise_trend": "shiftbench.analysis.trend",
     "bootstrap_band": "shiftbench.analysis.trend", "TrendFit": "shiftbench.analysis.trend",
     "PiecewiseTrendFit": "shiftbench.analysis.trend", "MultiTrendFit": "shiftbench.analysis.trend",
-    "Band": "shiftbench.analysis.trend",
+    "Band": "shiftbench.analysis.trend", "fit_two_line_trend": "shiftbench.analysis.trend",
+    "TwoLineTrendFit": "shiftbench.analysis.trend", "TwoLineBand": "shiftbench.analysis.trend",
     "clopper_pearson": "shiftbench.analysis.intervals", "accuracy_interval": "shiftbench.analysis.intervals",
     "effective_robustness": "shiftbench.analysis.robustness", "relative_robustness": "shiftbench.analysis.robustness",
     "most_effectively_robust": "shiftbench.analysis.robustness",
@@ -31,6 +32,8 @@ _LAZY = {
     "evaluate": "shiftbench.engine", "load_model": "shiftbench.models",
     "Trajectory": "shiftbench.studies.trajectory",
     "trajectory_effective_robustness": "shiftbench.analysis.trajectory",
+    "trajectory_summary": "shiftbench.analysis.trajectory",
+    "mixed_classifier_curve": "shiftbench.analysis.trajectory",
     "correctness_matrix": "shiftbench.correctness", "CorrectnessMatrix": "shiftbench.correctness",
     "model_similarity": "shiftbench.analysis.similarity", "dominance_probability": "shiftbench.analysis.similarity",
     "error_consistency": "shiftbench.analysis.similarity", "unsolved_examples": "shiftbench.analysis.similarity",
@@ -40,7 +43,7 @@ _LAZY = {
     "estimate_ood_accuracy": "shiftbench.analysis.agreement", "pairwise_agreement": "shiftbench.analysis.agreement",
     "LabelFreeEstimates": "shiftbench.analysis.agreement",
     "label_free_inputs": "shiftbench.correctness", "prediction_matrix": "shiftbench.correctness",
-    "place_models": "shiftbench.analysis.placement",
+    "place_models": "shiftbench.analysis.placement", "rank_table": "shiftbench.analysis.ranks",
     "synthetic_vs_natural": "shiftbench.analysis.synthetic", "SyntheticVsNatural": "shiftbench.analysis.synthetic",
     "replicate": "shiftbench.studies.replication", "Replication": "shiftbench.datasets.replication",
     "attribute_splits": "shiftbench.studies.attributes", "AttributeSplits": "shiftbench.datasets.attributes",
@@ -56,6 +59,7 @@ _LAZY = {
     "mean_average_precision": "shiftbench.views.multilabel", "MeanAveragePrecision": "shiftbench.views.multilabel",
     "resolution_sweep": "shiftbench.studies.resolution", "compositing_study": "shiftbench.studies.compositing",
     "corrupt": "shiftbench.shifts.api",
+    "deepaugment": "shiftbench.datasets.deepaugment",
 }
 
 # Type checkers and IDEs see the lazy names' real types (the block never runs: no import cost).
@@ -68,6 +72,7 @@ if TYPE_CHECKING:
     from shiftbench.analysis.informativeness import informativeness_ranking, metric_informativeness
     from shiftbench.analysis.intervals import accuracy_interval, clopper_pearson
     from shiftbench.analysis.placement import place_models
+    from shiftbench.analysis.ranks import rank_table
     from shiftbench.analysis.robustness import (
         effective_robustness, most_effectively_robust, relative_robustness,
     )
@@ -75,16 +80,20 @@ if TYPE_CHECKING:
         dominance_probability, error_consistency, model_similarity, unsolved_examples,
     )
     from shiftbench.analysis.synthetic import SyntheticVsNatural, synthetic_vs_natural
-    from shiftbench.analysis.trajectory import trajectory_effective_robustness
+    from shiftbench.analysis.trajectory import (
+        mixed_classifier_curve, trajectory_effective_robustness, trajectory_summary,
+    )
     from shiftbench.analysis.transfer import task_groups, transfer_group_means
     from shiftbench.analysis.transferability import robustness_transfer_correlation
     from shiftbench.analysis.trend import (
-        Band, MultiTrendFit, PiecewiseTrendFit, TrendFit, bootstrap_band, fit_piecewise_trend, fit_trend,
+        Band, MultiTrendFit, PiecewiseTrendFit, TrendFit, TwoLineBand, TwoLineTrendFit, bootstrap_band,
+        fit_piecewise_trend, fit_trend, fit_two_line_trend,
     )
     from shiftbench.correctness import (
         CorrectnessMatrix, correctness_matrix, label_free_inputs, prediction_matrix,
     )
     from shiftbench.datasets.attributes import AttributeSplits
+    from shiftbench.datasets.deepaugment import deepaugment
     from shiftbench.datasets.replication import Replication
     from shiftbench.engine import evaluate
     from shiftbench.models import load_model

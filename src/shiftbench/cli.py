@@ -47,6 +47,8 @@ from shiftbench.cli_support import check_output_parent as _check_output_parent
 from shiftbench.cli_support import clean as _clean
 from shiftbench.cli_support import error_message as _error_message
 from shiftbench.cli_support import fit as _fit
+from shiftbench.cli_support import fit_note as _fit_note
+from shiftbench.cli_support import jsonable as _jsonable
 from shiftbench.cli_support import fit_on as _fit_on
 from shiftbench.cli_support import fit_used as _fit_used
 from shiftbench.cli_support import old_spelling as _old_spelling
@@ -189,6 +191,32 @@ def list_models(pattern: PatternArg = None, testbed: ListTestbedOpt = None,
 YMetricOpt = Annotated[str, typer.Option(
     "--y-metric", help="The number --y takes from --store: accuracy (default), worst_group_accuracy (settings with "
     "?groups=), top5 or map; x keeps accuracy (Testbed.from_store(metric={y: ...})).")]
+_RECIPES_HELP = ("How the trend is fitted: taori2020 (the authors': their model selection, ImageNet-A as two lines "
+                 "split at ResNet-50), standard (every --fit-on model) or hinge (a continuous hinge at the pivot, "
+                 "shiftbench's variant).")
+FitRecipeOpt = Annotated[Optional[str], typer.Option(
+    "--recipe", show_default=False, help=_RECIPES_HELP + " Default: taori2020 around a pivot (ImageNet-A, --pivot), "
+    "standard otherwise.")]
+PlaceRecipeOpt = Annotated[Optional[str], typer.Option(
+    "--recipe", show_default=False, help=_RECIPES_HELP + " Default, as in the report: taori2020 on ImageNet-A and on "
+    "imagenet-reference, standard elsewhere; hinge: ImageNet-A's hinge, standard lines elsewhere.")]
+
+
+def _fit_table_rows(fit, d: dict) -> list[tuple[str, str]]:
+    """The ``fit`` table's rows of what the recipe chose: the recipe, a two-line trend's lines and
+    pivot, the models used and those left out, per reason."""
+    rows = [("recipe", f"{fit.recipe} ({fit.kind})")]
+    if fit.kind == "two-line":
+        rows.append(("pivot", f"{d['pivot']:.2f}%" + (f" ({d['pivot_model']}, in neither line)"
+                                                       if d["pivot_model"] else "")))
+        for side in ("below", "above"):
+            line = d[side]
+            rows.append((f"line {side}", f"slope {line['slope']:.4f} ± {line['slope_se']:.4f}, intercept "
+                                         f"{line['intercept']:.4f} ± {line['intercept_se']:.4f}, r2 "
+                                         f"{line['r2']:.4f}, {line['n_models']} models"))
+    left = "; ".join(f"{n} {why}" for why, n in fit.excluded)
+    rows.append(("excluded", f"{fit.n_excluded}" + (f": {left}" if left else "")))
+    return rows
 
 
 def _testbed_y(testbed: list[str] | None, store: Path | None, y: str, y_metric: str,
@@ -210,19 +238,70 @@ def _testbed_y(testbed: list[str] | None, store: Path | None, y: str, y_metric: 
     return tb
 
 
+CoefCiOpt = Annotated[bool, typer.Option(
+    "--coef-ci", help="Percentile bootstrap intervals of the slope and intercept (every coefficient): models "
+    "resampled with replacement, as Recht et al. 2019 report their fits.")]
+CoefResamplesOpt = Annotated[Optional[int], typer.Option(
+    "--resamples", show_default=False, help="Bootstrap resamples for --coef-ci (default 100,000, Recht et al.'s count).")]
+CoefConfidenceOpt = Annotated[Optional[float], typer.Option(
+    "--confidence", show_default=False, help="Level of the --coef-ci intervals (default 0.95).")]
+CoefSeedOpt = Annotated[Optional[int], typer.Option(
+    "--seed", show_default=False, help="Seed of the --coef-ci resamples (default 0; same seed, same intervals).")]
+
+
+def _coef_ci(fit, wanted: bool, n_resamples: int | None, confidence: float | None, seed: int | None):
+    """``fit``'s :func:`~shiftbench.analysis.trend.coefficient_intervals` for ``--coef-ci`` (else
+    ``None``); ``--resamples``, ``--confidence`` or ``--seed`` without it is a ConfigError. With
+    ``fit=None`` it only checks the options (before any work)."""
+    if not wanted:
+        given = [o for o, v in (("--resamples", n_resamples), ("--confidence", confidence), ("--seed", seed))
+                 if v is not None]
+        if given:
+            raise ConfigError(f"{', '.join(given)} set the bootstrap of --coef-ci; add --coef-ci")
+        return None
+    from shiftbench.analysis.trend import COEF_CI_RESAMPLES, coefficient_intervals  # deferred: loads pandas
+
+    n = COEF_CI_RESAMPLES if n_resamples is None else _check_count(n_resamples, "--resamples")
+    if confidence is not None and not 0 < confidence < 1:
+        raise ConfigError(f"--confidence {confidence:g}: give a level strictly between 0 and 1, e.g. 0.95")
+    if fit is None:
+        return None
+    return coefficient_intervals(fit, n_resamples=n, confidence=0.95 if confidence is None else confidence,
+                                 seed=0 if seed is None else seed)
+
+
+def _coef_ci_rows(ci) -> list[tuple[str, str]]:
+    """The fit table's rows of ``--coef-ci``: one interval per coefficient and how it was drawn."""
+    if ci is None:
+        return []
+    level = f"{100 * ci.confidence:g}%"
+    rows = [(f"{name} {level} CI", f"[{lo:.4f}, {hi:.4f}]") for name, lo, hi in zip(ci.names, ci.lower, ci.upper)]
+    return [*rows, ("coef_ci", f"percentile bootstrap, {ci.n_resamples:,} resamples of the models, seed {ci.seed}"
+                    + (f", {ci.n_resamples - ci.n_kept:,} degenerate dropped" if ci.n_kept < ci.n_resamples else ""))]
+
+
 @app.command("fit")
 def fit_cmd(x: Annotated[list[str], typer.Option(
                 "--x", help="In-distribution setting (x axis), e.g. val; repeat for a plane over several ID test sets "
                 "(Shi et al. 2023).", callback=canonical_settings)],
             y: YOpt, testbed: TestbedOpt = None, store: StoreAddOpt = None, scale: ScaleOpt = "logit",
             fit_on: FitOnOpt = None, pivot: PivotOpt = None, as_json: JsonOpt = False,
-            y_metric: YMetricOpt = "accuracy", fractions: FractionsOpt = None) -> None:
-    """Fit the trend of y on x over the chosen models (default: STANDARD); with several --x, the plane
-    logit(y) = sum_k a_k logit(x_k) + b."""
+            y_metric: YMetricOpt = "accuracy", fractions: FractionsOpt = None,
+            coef_ci: CoefCiOpt = False, n_resamples: CoefResamplesOpt = None, confidence: CoefConfidenceOpt = None,
+            seed: CoefSeedOpt = None, recipe: FitRecipeOpt = None) -> None:
+    """Fit the trend of y on x over the chosen models (default: STANDARD, by --recipe); with several --x, the
+    plane logit(y) = sum_k a_k logit(x_k) + b. --coef-ci adds percentile bootstrap intervals of the slope and
+    intercept (Recht et al. 2019: 100,000 resamples of the models)."""
+    _coef_ci(None, coef_ci, n_resamples, confidence, seed)      # its options, before any work
     tb = _testbed_y(testbed, store, y, y_metric, fractions)
-    fit = _fit(tb, x[0] if len(x) == 1 else x, y, scale, _fit_on(fit_on), _pivot(pivot))
+    fit = _fit(tb, x[0] if len(x) == 1 else x, y, scale, _fit_on(fit_on), _pivot(pivot), recipe)
     _fit_used(tb, fit)
     d = fit.to_dict()
+    lines = {"below": fit.below, "above": fit.above} if fit.kind == "two-line" else {"": fit}
+    cis = {side: _coef_ci(line, coef_ci, n_resamples, confidence, seed) for side, line in lines.items()}
+    for side, ci in cis.items():                 # a two-line trend: one set of coefficients per line
+        if ci is not None:
+            (d[side] if side else d)["coef_ci"] = ci.to_dict()
     if as_json:
         print(json.dumps({k: _clean(v) for k, v in d.items()}))
         return
@@ -231,14 +310,20 @@ def fit_cmd(x: Annotated[list[str], typer.Option(
         for name, a in d["coefficients"].items():
             table.add_row(f"coef[{name}]", f"{a:.4f}")
             table.add_row(f"coef_se[{name}]", f"{d['coefficient_se'][name]:.4f}")
-    keys = ("intercept", "intercept_se") if fit.kind == "multi" else ("slope", "slope_se", "intercept", "intercept_se")
+    keys = {"multi": ("intercept", "intercept_se"), "two-line": ()}.get(
+        fit.kind, ("slope", "slope_se", "intercept", "intercept_se"))
     for key in (*keys, "r2", "n_models", "n_skipped"):
         v = d[key]
         table.add_row(key, f"{v:.4f}" if isinstance(v, float) else str(v))
     if fit.kind == "piecewise":
         table.add_row("pivot", f"{d['pivot']:.2f}%")
         table.add_row("slope_below", f"{d['slope_below']:.4f}")
+    for side, ci in cis.items():
+        for name, value in _coef_ci_rows(ci):
+            table.add_row(f"{side} {name}" if side else name, value)
     table.add_row("fit_on", ", ".join(fit.fit_on))
+    for row in _fit_table_rows(fit, d):
+        table.add_row(*row)
     out.print(table)
 
 
@@ -249,9 +334,10 @@ def er_cmd(x: Annotated[list[str], typer.Option(
            y: YOpt, testbed: TestbedOpt = None, store: StoreAddOpt = None, scale: ScaleOpt = "logit",
            fit_on: FitOnOpt = None, pivot: PivotOpt = None,
            top: Annotated[Optional[int], typer.Option("--top", help="Only the N most effectively robust models.")] = None,
-           as_json: JsonOpt = False, y_metric: YMetricOpt = "accuracy", fractions: FractionsOpt = None) -> None:
+           as_json: JsonOpt = False, y_metric: YMetricOpt = "accuracy", fractions: FractionsOpt = None,
+           recipe: FitRecipeOpt = None) -> None:
     """Effective robustness (percentage points) of every model: y minus the trend's prediction (with several
-    --x, minus the plane's)."""
+    --x, minus the plane's; ImageNet-A: minus the line on the model's side of ResNet-50, by default)."""
     from shiftbench.analysis.robustness import (  # deferred: loads pandas, scipy
         effective_robustness,
         most_effectively_robust,
@@ -259,17 +345,21 @@ def er_cmd(x: Annotated[list[str], typer.Option(
 
     tb = _testbed_y(testbed, store, y, y_metric, fractions)
     xs = x[0] if len(x) == 1 else x
-    fit = _fit(tb, xs, y, scale, _fit_on(fit_on), _pivot(pivot))
+    fit = _fit(tb, xs, y, scale, _fit_on(fit_on), _pivot(pivot), recipe)
     _fit_used(tb, fit)
     er = effective_robustness(tb, xs, y, fit=fit)
     er = most_effectively_robust(er, top) if top is not None else er.sort_values("effective_robustness", ascending=False)
     x_cols = ["x_acc"] if len(x) == 1 else [f"x_acc:{s}" for s in x]
     rows = er.reset_index()[["model", "model_type", *x_cols, "y_acc", "predicted_y_acc", "effective_robustness",
                              "er_low", "er_high"]]
-    if as_json:
-        print(json.dumps([{k: _clean(v) for k, v in r.items()} for r in rows.to_dict("records")]))
+    if as_json:                                 # each row names the recipe; stderr says what it left out
+        _fit_note(fit)
+        print(json.dumps([{k: _clean(v) for k, v in r.items()} | {"recipe": fit.recipe}
+                          for r in rows.to_dict("records")]))
         return
-    title = f"{tb.name}: {y} vs {' + '.join(x)} ({scale}; fit on {', '.join(fit.fit_on)}, {fit.n_models} models)"
+    from shiftbench.analysis.trend import fit_note  # deferred: loads pandas
+
+    title = f"{tb.name}: {y} vs {' + '.join(x)} ({scale}; trend {fit_note(fit)})"
     table = Table("model", "type", *(f"{s} %" for s in x), f"{y} %", "predicted %", "eff. robustness (pp)",
                   "95% interval", title=title)
     for r in rows.to_dict("records"):
@@ -285,9 +375,10 @@ def er_cmd(x: Annotated[list[str], typer.Option(
 @app.command("place")
 def place_cmd(testbed: TestbedOpt = None, store: StoreAddOpt = None,
               model: ModelsOpt = None, scale: ScaleOpt = "logit", fit_on: FitOnOpt = None,
-              n_resamples: ResamplesOpt = 1000, as_json: JsonOpt = False, fractions: FractionsOpt = None) -> None:
+              n_resamples: ResamplesOpt = 1000, as_json: JsonOpt = False, fractions: FractionsOpt = None,
+              recipe: PlaceRecipeOpt = None) -> None:
     """Where your models sit: on every natural shift, accuracy, effective robustness with its 95%
-    interval, and rank among all models of the testbed (Taori et al. 2020).
+    interval, and rank among all models of the testbed (Taori et al. 2020; each trend by --recipe).
 
     --model: the models to place (default: the models of the tables and stores added to a
     reference testbed)."""
@@ -306,10 +397,11 @@ def place_cmd(testbed: TestbedOpt = None, store: StoreAddOpt = None,
     if not models:
         raise ConfigError("no models to place; add your table or store (-t imagenet-reference -t mine.csv, "
                           "--store DIR) or name models with --model")
-    placed = place_models(tb, models, scale=scale, fit_on=_fit_on(fit_on), n_resamples=n_resamples)
+    placed = place_models(tb, models, scale=scale, fit_on=_fit_on(fit_on), n_resamples=n_resamples, recipe=recipe)
     if as_json:
         print(json.dumps({"placed": [{k: _clean(v) for k, v in r.items()} for r in placed.to_dict("records")],
-                          "skipped": placed.attrs["skipped"]}))
+                          "skipped": placed.attrs["skipped"],
+                          "fits": {k: _jsonable(f.to_dict()) for k, f in placed.attrs["fits"].items()}}))
         return
     table = Table("model", "shift", "x %", "y %", "predicted %", "eff. robustness (pp)", "95% interval", "rank",
                   title=f"{tb.name}: your models against the trend of each natural shift ({scale})")
@@ -337,11 +429,13 @@ def plot_cmd(x: XOpt, y: YOpt,
                  "--highlight", help="Mark and label these models (default: the models of the tables and stores "
                  "added to a reference testbed).")] = None,
              fractions: FractionsOpt = None,
-             as_json: JsonOpt = False,
+             as_json: JsonOpt = False, recipe: FitRecipeOpt = None,
              ) -> None:
-    """Scatter of y against x with the fitted trend, its bootstrap band and y = x.
+    """Scatter of y against x with the fitted trend (ImageNet-A: its two lines, by default), its bootstrap
+    band and y = x.
 
-    --json: {"files": [...], "x", "y", "scale", "fit": {"slope", "intercept", "r2", "n_models"}}."""
+    --json: {"files": [...], "x", "y", "scale", "fit": {"kind", "recipe", "slope", "intercept", "r2",
+    "n_models", "n_excluded", "excluded"}} (a two-line trend: "below" and "above" for slope and intercept)."""
     from shiftbench.report import (  # deferred: loads Pillow, loads matplotlib, loads plotly, loads pyarrow
         plot_trend,
         save_figure,
@@ -351,14 +445,15 @@ def plot_cmd(x: XOpt, y: YOpt,
     if output.suffix.lower() not in FORMATS:
         raise typer.BadParameter(f"{output}: use a .png, .svg or .pdf file name", param_hint="-o")
     tb = _testbed(testbed, store, fractions)
-    fit = _fit(tb, x, y, scale, _fit_on(fit_on), _pivot(pivot))
+    fit = _fit(tb, x, y, scale, _fit_on(fit_on), _pivot(pivot), recipe)
     _fit_used(tb, fit)
     marked = [tb.check_model(m) for m in highlight] if highlight else tb.added
     path = save_figure(plot_trend(tb, x, y, fit=fit, confidence=ci, highlight=marked), output)
     if as_json:
         d = fit.to_dict()
         _print_json({"files": [str(path)], "x": x, "y": y, "scale": scale,
-                     "fit": {k: d.get(k) for k in ("slope", "intercept", "r2", "n_models")}})
+                     "fit": {k: d[k] for k in ("kind", "recipe", "slope", "intercept", "below", "above", "r2",
+                                               "n_models", "n_excluded", "excluded") if k in d}})
         return
     typer.echo(f"wrote {path}")
 
@@ -369,28 +464,39 @@ def mce_cmd(model: ModelOpt,
             mode: Annotated[Optional[str], typer.Option(
                 "--mode", help="on-disk or in-memory ImageNet-C cells (default: on-disk when the testbed has every "
                 "on-disk benchmark setting, as the published mCE numbers are, else in-memory).")] = None,
+            normaliser: Annotated[Optional[str], typer.Option(
+                "--normaliser", help="AlexNet's errors to divide by: testbed-alexnet (default; the alexnet row of "
+                "the testbed, else of imagenet-reference, on the same cells as the model) or hendrycks2019 (the "
+                "published AlexNet errors of Hendrycks & Dietterich 2019).")] = None,
             as_json: JsonOpt = False, fractions: FractionsOpt = None) -> None:
     """mCE and relative mCE (normalised by AlexNet) with the per-corruption table of --model (a testbed's model)."""
+    from shiftbench.analysis.corruption import DEFAULT_NORMALISER, NORMALISERS, mce  # deferred: loads pandas
     from shiftbench.analysis.corruption import RECIPE as MCE_RECIPE  # deferred: loads pandas
-    from shiftbench.analysis.corruption import mce  # deferred: loads pandas
 
-    res = mce(_testbed(testbed, store, fractions), model, mode=mode)
-    table, used = res["table"], res["mode"]
+    res = mce(_testbed(testbed, store, fractions), model, mode=mode, normaliser=normaliser or DEFAULT_NORMALISER)
+    table, used, norm = res["table"], res["mode"], res["normaliser"]
     if as_json:
         print(json.dumps({"model": model, "mCE": res["mCE"], "relative_mCE": res["relative_mCE"], "mode": used,
                           "recipe": MCE_RECIPE[0], "description": MCE_RECIPE[1], "paper": MCE_RECIPE[2],
+                          "normaliser": norm, "normaliser_description": NORMALISERS[norm][0],
+                          "normaliser_source": res["normaliser_source"],
                           "corruptions": {c: {k: _clean(v) for k, v in row.items()} for c, row in
                                           table.to_dict("index").items()}}))
         return
-    t = Table("corruption", "CE %", "relative CE %", "mean error %",
-              title=f"{model}: mCE {res['mCE']:.1f}%, relative mCE {res['relative_mCE']:.1f}% ({used} ImageNet-C)")
+    t = Table("corruption", "CE %", "relative CE %", "mean error %", "AlexNet error %",
+              title=f"{model}: mCE {res['mCE']:.1f}%, relative mCE {res['relative_mCE']:.1f}% ({used} ImageNet-C), "
+                    f"normaliser {norm}")
     for c, row in table.iterrows():
-        t.add_row(c + ("" if row["benchmark"] else " (extra)"), f"{row['CE']:.1f}", f"{row['relative_CE']:.1f}",
-                  f"{row['mean_error']:.1f}")
+        t.add_row(c + ("" if row["benchmark"] else " (extra)"), *(
+            "-" if row[k] != row[k] else f"{row[k]:.1f}" for k in ("CE", "relative_CE", "mean_error", "normaliser_error")))
     out.print(t)
     other = "in-memory" if used == "on-disk" else "on-disk"
     out.print(f"ImageNet-C cells: {used}" + (" (default)" if mode is None else "") + f"; --mode {other} for the "
               f"{other} cells. Recipe {MCE_RECIPE[0]}: {MCE_RECIPE[2]}", markup=False, highlight=False)
+    alt = next(n for n in NORMALISERS if n != norm)
+    out.print(f"Normaliser {norm}" + (" (default)" if normaliser is None else "") + f": {res['normaliser_source']}; "
+              f"--normaliser {alt} for {NORMALISERS[alt][0].split(':')[0].split(' (')[0]}.",
+              markup=False, highlight=False)
     fell_back = [c for c, row in table.iterrows() if row["mode"] != used]
     if fell_back:
         out.print(f"{', '.join(fell_back)}: {used} cells incomplete for {model} or the normaliser; "

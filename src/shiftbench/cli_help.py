@@ -18,11 +18,12 @@ PANELS: dict[str, str] = {
     **dict.fromkeys(["eval", "list"], "Evaluate"),
     **dict.fromkeys(["fit", "effective-robustness", "place", "plot", "mce", "estimate", "hypotheses",
                      "informativeness", "diagnostics", "similarity", "synthetic-vs-natural",
-                     "transfer-correlation", "multilabel"], "Analyse"),
-    **dict.fromkeys(["resolution-sweep", "composite", "trajectory", "transfer", "carve", "replicate"],
+                     "transfer-correlation", "multilabel", "ranks"], "Analyse"),
+    **dict.fromkeys(["resolution-sweep", "composite", "trajectory", "transfer", "carve", "replicate",
+                     "deepaugment"],
                     "Studies"),
     **dict.fromkeys(["report", "demo", "cache"], "Report"),
-    **dict.fromkeys(["results", "sql"], "Store"),
+    **dict.fromkeys(["results", "sql", "store"], "Store"),
 }
 
 

@@ -43,10 +43,23 @@ def setting_aliases(value):
     return [setting_alias(v) for v in value] if isinstance(value, list) else setting_alias(value)
 
 # ---------------------------------------------------------------------------- stores and testbeds
+def store_location(value):
+    """A typer parser for ``--store``: a URI (``s3://bucket/prefix``, ``gs://...``, ``file:///...``:
+    ``scheme://`` in it) kept as the string it is, anything else a local ``Path``."""
+    if value is None or isinstance(value, Path):
+        return value
+    text = str(value)
+    return text if "://" in text else Path(text)
+
+
 StoreOpt = Annotated[Optional[Path], typer.Option(
-    "--store", help="Results store directory (what `shiftbench eval` and the studies write).")]
+    "--store", metavar="DIR|URI", parser=store_location,
+    help="Results store: a directory, or a URI such as s3://bucket/prefix (what `shiftbench eval` and the "
+    "studies write; docs/store.md).")]
 StoreAddOpt = Annotated[Optional[Path], typer.Option(
-    "--store", help="A results store (`shiftbench eval`): its models join the testbed, as with another --testbed.")]
+    "--store", metavar="DIR|URI", parser=store_location,
+    help="A results store, a directory or a URI such as s3://bucket/prefix (`shiftbench eval`): its models join "
+    "the testbed, as with another --testbed.")]
 TestbedOpt = Annotated[Optional[list[str]], typer.Option(
     "--testbed", "-t", help="Reference name (imagenet-reference, timm-reference), a CSV/Parquet table or a results "
     "store. Repeat (or join with +) to merge left to right, e.g. -t imagenet-reference -t mine.csv.")]

@@ -90,13 +90,32 @@ def pivot(value: str | None) -> str | float | None:
         return value
 
 
-def fit(testbed, x, y, scale, fit_on, pivot):
-    """The trend ``--x``/``--y`` ask for: piecewise around ``pivot`` when given, else linear."""
-    from shiftbench.analysis.trend import fit_piecewise_trend, fit_trend  # deferred: loads pandas, scipy
+def fit(testbed, x, y, scale, fit_on, pivot, recipe=None):
+    """The trend ``--x``/``--y`` ask for (``fit``, ``effective-robustness``, ``plot``), by
+    ``--recipe``: by default the authors' two lines ``taori2020`` around a pivot (``--pivot``, or
+    ImageNet-A's ResNet-50; ``hinge`` with other ``--fit-on`` models) and the ``standard`` line
+    otherwise (``--recipe taori2020`` selects the authors' model selection, which ``place`` and the
+    report use on the published testbed); :func:`~shiftbench.analysis.placement.fit_shift`.
+    Several ``--x``: the plane (recipe ``standard``)."""
+    from shiftbench.analysis.placement import as_shift, fit_shift  # deferred: loads pandas, scipy
+    from shiftbench.analysis.trend import fit_trend  # deferred: loads pandas, scipy
 
-    if pivot is not None:
-        return fit_piecewise_trend(testbed, x, y, pivot, scale, fit_on=fit_on)
-    return fit_trend(testbed, x, y, scale, fit_on=fit_on)
+    if not isinstance(x, str):
+        if pivot is not None:
+            raise ConfigError(f"--pivot splits the trend (two lines or a piecewise hinge) along one x; got {len(x)} "
+                              "--x settings; drop --pivot or give one --x")
+        return fit_trend(testbed, x, y, scale, fit_on=fit_on, recipe=recipe or "standard")
+    shift = as_shift((x, y))
+    if recipe is None and pivot is None and not any(m in testbed.models for m in shift.pivot):
+        recipe = "standard"
+    return fit_shift(testbed, shift, scale, fit_on=fit_on, recipe=recipe, pivot=pivot)
+
+
+def fit_note(fit) -> None:
+    """Say on stderr which recipe the trend followed and which models it left out, per reason."""
+    from shiftbench.analysis.trend import fit_note as note  # deferred: loads pandas, scipy
+
+    err.print(f"note: trend {note(fit)}")
 
 
 def clean(value):

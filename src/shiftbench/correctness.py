@@ -145,7 +145,7 @@ def similarity_settings(store: Store | str | Path, min_models: int = 2, *,
     latest = _latest_keys(res, convention)
     st = Store.existing(store)
     # results without per-example parts (a transfer probe's accuracy) have no predictions to align
-    latest = latest[[st._key_dir(k).is_dir() for k in latest["key"]]]
+    latest = latest[[st.has_predictions(k) for k in latest["key"]]]
     counts = latest.groupby("setting")["model"].nunique()
     counts = counts[counts >= min_models]
     order = sorted(counts.index, key=lambda s: (-counts[s], s))

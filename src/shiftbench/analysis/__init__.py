@@ -16,13 +16,18 @@ _LAZY = {name: f"shiftbench.analysis.{module}" for module, names in {
     "correlation": ("Correlation", "robustness_correlation"),
     "corruption": ("corruption_accuracy", "mce"),
     "intervals": ("accuracy_interval", "clopper_pearson"),
-    "placement": ("NATURAL_SHIFTS", "ShiftPair", "fit_shift", "place_models"),
+    "placement": ("NATURAL_SHIFTS", "ShiftPair", "fit_shift", "place_models", "default_recipe"),
     "robustness": ("effective_robustness", "most_effectively_robust", "relative_robustness"),
     "scaling": ("SCALES", "inverse", "transform"),
     "synthetic": ("RECIPES", "SyntheticVsNatural", "complete_severities", "corruption_correlations",
                   "corruption_settings", "synthetic_effective_robustness", "synthetic_vs_natural"),
+    "ranks": ("rank_table",),
+    "trajectory": ("trajectory_effective_robustness", "trajectory_summary", "trajectory_endpoints",
+                   "mixed_classifier_curve"),
     "trend": ("Band", "MultiTrendFit", "PiecewiseTrendFit", "TrendFit", "bootstrap_band", "bootstrap_coefficients",
-              "bootstrap_interval", "fit_piecewise_trend", "fit_trend"),
+              "bootstrap_interval", "fit_piecewise_trend", "fit_trend", "CoefficientIntervals",
+              "coefficient_intervals", "TwoLineTrendFit", "TwoLineBand", "fit_two_line_trend",
+              "taori_fit_models"),
 }.items() for name in names}
 
 
@@ -49,4 +54,7 @@ __all__ = [
     "LabelFreeEstimates", "estimate_ood_accuracy", "pairwise_agreement", "fit_probit_line", "aline_s", "aline_d",
     "average_confidence", "difference_of_confidences", "atc_threshold", "atc_estimate",
     "estimation_errors", "setting_errors",
+    "rank_table", "CoefficientIntervals", "coefficient_intervals",
+    "trajectory_effective_robustness", "trajectory_summary", "trajectory_endpoints", "mixed_classifier_curve",
+    "TwoLineTrendFit", "TwoLineBand", "fit_two_line_trend", "taori_fit_models", "default_recipe",
 ]

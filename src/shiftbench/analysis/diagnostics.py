@@ -20,8 +20,10 @@ with the slope and the number of models, and flags
   more points of variance explained) above this row's: the trend is more linear in those
   coordinates, and the report's scaling is a poor choice for this shift.
 
-A pair whose shift names a ``pivot`` model present in the testbed (ImageNet-A) is fitted with the
-piecewise trend the report uses (:func:`~shiftbench.analysis.fit_piecewise_trend`); a pair that
+A pair whose shift names a ``pivot`` model present in the testbed (ImageNet-A) is fitted with
+shiftbench's continuous hinge (:func:`~shiftbench.analysis.fit_piecewise_trend`, recipe ``hinge``):
+one fit, so one r² per scale to compare. The report draws the authors' two independent lines there
+(recipe ``taori2020``), which have an r² per line instead. A pair that
 cannot be fitted (fewer than 3 models) gets a row with ``error`` set instead of raising.
 """
 from __future__ import annotations

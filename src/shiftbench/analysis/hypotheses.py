@@ -4,13 +4,15 @@ Hendrycks et al. (2021), *The Many Faces of Robustness*, §5, test hypotheses ab
 models robust to distribution shift - **larger models**, **self-attention**, **diverse data
 augmentation**, **pretraining**, **texture bias**, "only IID accuracy matters" and
 "synthetic ⇏ natural" - and sum them up in a table of which interventions help on which shift.
-This module builds that table from a testbed: an *intervention group* is a set of models sharing
+This module computes a table in the spirit of that one, not the paper's own: the paper's table
+judges raw error and the IID/OOD gap (and tests self-attention with SE/CBAM, not ViT); this one
+judges effective and relative robustness over the testbed's groups. An *intervention group* is a set of models sharing
 an intervention, and for every group ``G`` and shift ``(x, y)``
 
 * the **mean effective robustness** ``mean_er = (1/|G|) sum_{f in G} rho(f)`` with
   ``rho(f) = acc_y(f) - beta(acc_x(f))`` (Taori et al. 2020, §2), ``beta`` the trend fitted on
   the standard models exactly as :func:`~shiftbench.analysis.placement.fit_shift` fits it (logit
-  scale, ImageNet-A piecewise around ResNet-50) and ``rho`` from
+  scale; on ImageNet-A the authors' two lines split at ResNet-50, recipe ``taori2020``) and ``rho`` from
   :func:`~shiftbench.analysis.effective_robustness`;
 * its **95% percentile bootstrap interval over models** ``[low, high]``: ``n_resamples`` resamples of
   the group's ``n`` models with replacement, drawn as ``rng.integers(0, n, size=(n_resamples, n))``

@@ -5,7 +5,9 @@ CVPR, §3, Fig. 4) call a metric *informative* when, on top of ImageNet (ID) acc
 classifier predict which group a model belongs to. Two recipes, named in :data:`METHODS` (and in
 every ranking's ``method`` column, JSON and report caption):
 
-``djolonga2021`` (the default; the paper's recipe)
+``djolonga2021`` (the default; the paper's procedure, on shiftbench's groups)
+    * **groups** - the testbed's model types, not the paper's: Djolonga et al. predict a model's
+      *family*, so the procedure is theirs and the gains are not the paper's numbers;
     * **task** - one multinomial task over *all* groups at once: every model type (``STANDARD``,
       ``MORE_DATA``, ``LP_ADV``, ``ROBUST_INTV``, ...; ``UNKNOWN`` is no group) with at least
       ``min_models_per_group`` models evaluated on ``x`` and on the metric;

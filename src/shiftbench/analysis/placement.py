@@ -4,8 +4,10 @@ The natural distribution shifts of Taori et al. (2020) are :data:`NATURAL_SHIFTS
 in-distribution setting it is compared against: the ImageNet validation set for ImageNetV2 and
 ImageNet-Sketch, the validation set restricted to the shift's classes for ObjectNet,
 ImageNet-R, ImageNet-A and the video anchors, and pm-0 (anchor frames) for pm-10. ImageNet-A
-is fitted piecewise around the ResNet-50 it was filtered against (:func:`fit_shift`; the
-report fits every shift through the same function).
+is fitted around the ResNet-50 it was filtered against: by default as its authors did, two
+independent lines split at ResNet-50's accuracy (recipe ``taori2020``), or one continuous hinge
+(recipe ``hinge``, shiftbench's variant). :func:`fit_shift` picks the recipe; the report, the
+commands and :func:`place_models` fit every shift through it.
 
 :func:`place_models` places given models of a testbed - typically your own, merged into
 ``imagenet-reference`` - against the trend of every shift: for model ``f`` on shift
@@ -24,14 +26,23 @@ says the same in a few lines for the command line and the report.
 """
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
 
+from shiftbench.analysis.recipes import FIT_RECIPES, PIVOT_RECIPES, PIVOTS, PUBLISHED_TESTBED, check_recipe
 from shiftbench.analysis.robustness import effective_robustness
-from shiftbench.analysis.trend import DEFAULT_FIT_ON, TrendFit, fit_piecewise_trend, fit_trend
+from shiftbench.analysis.trend import (
+    DEFAULT_FIT_ON,
+    TrendFit,
+    TwoLineTrendFit,
+    fit_piecewise_trend,
+    fit_trend,
+    fit_two_line_trend,
+)
 from shiftbench.errors import ConfigError, ShiftbenchError
 from shiftbench.testbed import Testbed
 
@@ -65,7 +76,8 @@ NATURAL_SHIFTS: tuple[ShiftPair, ...] = (
     ShiftPair("ObjectNet", "val-on-objectnet-classes", "objectnet-1.0-beta"),
     ShiftPair("ImageNet-R", "val-on-imagenet-r-classes", "imagenet-r"),
     ShiftPair("ImageNet-Sketch", "val", "imagenet-sketch"),
-    ShiftPair("ImageNet-A", "val-on-imagenet-a-classes", "imagenet-a", pivot=("resnet50", "resnet50.tv_in1k")),
+    ShiftPair("ImageNet-A", "val-on-imagenet-a-classes", "imagenet-a",
+              pivot=PIVOTS[("val-on-imagenet-a-classes", "imagenet-a")]),
     ShiftPair("ImageNet-Vid-Robust anchors", "val-on-vid-robust-classes", "imagenet-vid-robust_pm0"),
     ShiftPair("ImageNet-Vid-Robust pm-10", "imagenet-vid-robust_pm0", "imagenet-vid-robust_pm10"),
     ShiftPair("YTBB-Robust anchors", "val-on-ytbb-robust-classes", "ytbb-robust_pm0"),
@@ -73,14 +85,79 @@ NATURAL_SHIFTS: tuple[ShiftPair, ...] = (
 )
 
 
+def is_published(testbed: Testbed) -> bool:
+    """Whether ``testbed`` is the published testbed (``imagenet-reference``, also merged with your
+    tables: ``imagenet-reference+mine``), where the authors' recipe is the default."""
+    return testbed.name == PUBLISHED_TESTBED or testbed.name.startswith(PUBLISHED_TESTBED + "+")
+
+
+def default_recipe(testbed: Testbed, shift: ShiftPair, *, pivot: str | float | None = None,
+                   fit_on: str | Iterable[str] | None = DEFAULT_FIT_ON) -> str:
+    """The recipe :func:`fit_shift` uses when none is named: around a pivot (``pivot``, or one of
+    ``shift.pivot`` in the testbed: ImageNet-A's ResNet-50) the authors' two lines ``taori2020``;
+    otherwise ``taori2020`` on the published testbed (:func:`is_published`) and ``standard``
+    elsewhere. Models chosen with ``fit_on`` (other than STANDARD) take shiftbench's variants,
+    ``hinge`` around a pivot and ``standard`` otherwise: the authors' recipe chooses its own."""
+    own = _selectors(fit_on) == DEFAULT_FIT_ON
+    if pivot is not None or any(m in testbed.models for m in shift.pivot):
+        return "taori2020" if own else "hinge"
+    return "taori2020" if own and is_published(testbed) else "standard"
+
+
+def _selectors(fit_on: str | Iterable[str] | None) -> tuple[str, ...]:
+    return DEFAULT_FIT_ON if fit_on is None else ((fit_on,) if isinstance(fit_on, str) else tuple(fit_on))
+
+
+def check_fit_recipe(recipe: str) -> str:
+    """``recipe`` if it names a trend recipe (:data:`~shiftbench.analysis.recipes.FIT_RECIPES` or,
+    around a pivot, :data:`~shiftbench.analysis.recipes.PIVOT_RECIPES`); otherwise the one-line
+    ConfigError of :func:`~shiftbench.analysis.recipes.check_recipe`, suggesting the closest name."""
+    if recipe in FIT_RECIPES or recipe in PIVOT_RECIPES:
+        return recipe
+    near_pivot = difflib.get_close_matches(recipe, [r for r in PIVOT_RECIPES if r not in FIT_RECIPES], n=1, cutoff=0.5)
+    near_line = difflib.get_close_matches(recipe, list(FIT_RECIPES), n=1, cutoff=0.5)
+    return check_recipe("imagenet-a" if near_pivot and not near_line else "fit", recipe)
+
+
+def _check_own_models(recipe: str | None, fit_on: str | Iterable[str] | None) -> None:
+    """The authors' recipe chooses its own models: ``fit_on`` other than STANDARD is a ConfigError."""
+    if recipe == "taori2020" and _selectors(fit_on) != DEFAULT_FIT_ON:
+        raise ConfigError(f"recipe 'taori2020' fits the STANDARD models the authors' figures fit; --fit-on "
+                          f"{', '.join(_selectors(fit_on))} asks for others: drop --fit-on or choose recipe "
+                          "'standard' (or 'hinge' around a pivot)")
+
+
 def fit_shift(testbed: Testbed, shift: ShiftPair, scale: str = "logit", *,
-              fit_on: str | Iterable[str] | None = DEFAULT_FIT_ON) -> TrendFit:
-    """The trend of ``shift`` on ``testbed``: piecewise around the first of ``shift.pivot`` that
-    the testbed has (ImageNet-A's ResNet-50), else linear (:func:`fit_trend`)."""
-    pivot = next((m for m in shift.pivot if m in testbed.models), None)
+              fit_on: str | Iterable[str] | None = DEFAULT_FIT_ON, recipe: str | None = None,
+              pivot: str | float | None = None) -> TrendFit | TwoLineTrendFit:
+    """The trend of ``shift`` on ``testbed`` by ``recipe`` (default :func:`default_recipe`).
+
+    Around a pivot - ``pivot`` (a model or a percentage), else the first of ``shift.pivot`` the
+    testbed has (ImageNet-A's ResNet-50) - ``taori2020`` is the authors' two lines
+    (:func:`~shiftbench.analysis.trend.fit_two_line_trend`), ``hinge`` shiftbench's continuous
+    hinge (:func:`~shiftbench.analysis.trend.fit_piecewise_trend`) and ``standard`` one line that
+    ignores the pivot. Without one, ``taori2020`` and ``standard`` are the lines of
+    :func:`~shiftbench.analysis.trend.fit_trend`; ``hinge`` needs a pivot. A recipe asked of a
+    testbed without what it needs (ImageNet-A's pivot model, the setting of the figure's display
+    rule) is a ConfigError naming it.
+    """
+    found = pivot if pivot is not None else next((m for m in shift.pivot if m in testbed.models), None)
+    named = recipe is not None
+    if recipe is None:
+        recipe = default_recipe(testbed, shift, pivot=found, fit_on=fit_on)
+    check_fit_recipe(recipe)
+    if named and found is None and recipe in PIVOT_RECIPES and (shift.pivot or recipe not in FIT_RECIPES):
+        needs = (f"the pivot model {' or '.join(shift.pivot)}, which testbed {testbed.name!r} lacks" if shift.pivot
+                 else "a pivot model or accuracy (pivot=, --pivot)")
+        raise ConfigError(f"recipe {recipe!r} for {shift.label} splits the trend at a pivot: it needs {needs}")
+    _check_own_models(recipe, fit_on)
+    if found is not None and recipe == "taori2020":
+        return fit_two_line_trend(testbed, shift.x, shift.y, found, scale)
+    if found is not None and recipe == "hinge":
+        return fit_piecewise_trend(testbed, shift.x, shift.y, found, scale, fit_on=fit_on)
     if pivot is not None:
-        return fit_piecewise_trend(testbed, shift.x, shift.y, pivot, scale, fit_on=fit_on)
-    return fit_trend(testbed, shift.x, shift.y, scale, fit_on=fit_on)
+        raise ConfigError(f"a pivot ({pivot}) splits the trend: choose recipe 'taori2020' or 'hinge', not {recipe!r}")
+    return fit_trend(testbed, shift.x, shift.y, scale, fit_on=fit_on, recipe=recipe)
 
 
 def as_shift(item: object) -> ShiftPair:
@@ -107,6 +184,7 @@ def place_models(
     n_resamples: int = 1000,
     seed: int = 0,
     confidence: float = 0.95,
+    recipe: str | None = None,
 ) -> pd.DataFrame:
     """Effective robustness of ``models`` on every shift, its interval and rank in ``testbed``.
 
@@ -131,6 +209,10 @@ def place_models(
         skipped (an explicit one raises).
     scale, fit_on, n_resamples, seed, confidence:
         Trend scaling, the models it is fitted on, and the bootstrap band / interval.
+    recipe:
+        How each trend is fitted (:func:`fit_shift`): default :func:`default_recipe` (the authors'
+        ``taori2020`` around ImageNet-A's pivot and on the published testbed); ``"hinge"`` fits
+        the hinge where a shift has a pivot and the ``standard`` line elsewhere.
 
     Returns
     -------
@@ -161,6 +243,9 @@ def place_models(
     ('v2 vs val', 4.0, 1, 4)
     """
     wanted = [testbed.check_model(str(m)) for m in models]
+    if recipe is not None:               # a wrong recipe fails here, not once per shift
+        check_fit_recipe(recipe)
+        _check_own_models(recipe, fit_on)
     if shifts is None:
         pairs = [s for s in NATURAL_SHIFTS if s.x in testbed.settings and s.y in testbed.settings]
     else:
@@ -173,7 +258,7 @@ def place_models(
         row for s in NATURAL_SHIFTS if s not in pairs for m in wanted if (row := _skip(testbed, m, s)) is not None]
     for shift in pairs:
         try:
-            fit = fit_shift(testbed, shift, scale, fit_on=fit_on)
+            fit = fit_shift(testbed, shift, scale, fit_on=fit_on, recipe=_shift_recipe(testbed, shift, recipe))
         except ShiftbenchError as exc:
             if shifts is not None:
                 raise
@@ -204,6 +289,14 @@ def place_models(
     out.attrs.update(fits=fits, skipped=skipped, scale=scale, confidence=confidence,
                      unplaced=[m for m in wanted if m not in set(out["model"])])
     return out
+
+
+def _shift_recipe(testbed: Testbed, shift: ShiftPair, recipe: str | None) -> str | None:
+    """``recipe`` for one of several shifts: ``hinge`` is a pivot's recipe, so a shift without a
+    pivot in the testbed takes the ``standard`` line (shiftbench's protocol before ``taori2020``)."""
+    if recipe == "hinge" and not any(m in testbed.models for m in shift.pivot):
+        return "standard"
+    return recipe
 
 
 def setting_description(setting: str) -> str | None:
@@ -268,9 +361,33 @@ def skipped_lines(skipped: Sequence[dict[str, object]]) -> list[str]:
     return lines
 
 
-def fitted_on_note(fits: dict[str, TrendFit], testbed: Testbed, models: Iterable[str] = ()) -> str:
-    """One line naming the models the trends were fitted on (selectors, types and counts) and
-    which of ``models`` (your models) are among them."""
+def _recipes_note(fits: dict[str, TrendFit | TwoLineTrendFit]) -> str:
+    """Each fit's recipe and the STANDARD models it left out, per reason: ``recipe taori2020 on
+    every shift; left out: 1 'aws' in the name (every shift); the pivot model resnet50: ImageNet-A
+    1; ...`` (a model lacking one of a shift's two accuracies counts as "without both accuracies")."""
+    by_recipe: dict[str, list[str]] = {}
+    reasons: dict[str, dict[str, int]] = {}
+    for label, f in fits.items():
+        by_recipe.setdefault(f.recipe, []).append(label)
+        for why, n in f.excluded:
+            key = "without both accuracies" if why.startswith("no accuracy on ") else why
+            reasons.setdefault(key, {})[label] = reasons.get(key, {}).get(label, 0) + n
+    text = "recipe " + ("; ".join(f"{r} ({', '.join(labels)})" for r, labels in by_recipe.items())
+                        if len(by_recipe) > 1 else f"{next(iter(by_recipe))} on every shift")
+    parts = []
+    for why, per_shift in reasons.items():
+        counts = set(per_shift.values())
+        if len(per_shift) == len(fits) and len(counts) == 1 and len(fits) > 1:
+            parts.append(f"{counts.pop()} {why} (every shift)")
+        else:
+            parts.append(f"{why}: " + ", ".join(f"{label} {n}" for label, n in per_shift.items()))
+    return text + "; left out: " + ("; ".join(parts) if parts else "none")
+
+
+def fitted_on_note(fits: dict[str, TrendFit | TwoLineTrendFit], testbed: Testbed, models: Iterable[str] = ()) -> str:
+    """One line naming the models the trends were fitted on (selectors, types and counts), each
+    fit's recipe and what it left out (per shift, per reason), and which of ``models`` (your
+    models) are among the fitted."""
     if not fits:
         return "No trend could be fitted."
     selectors = sorted({s for f in fits.values() for s in f.fit_on}) or ["the given points"]
@@ -280,11 +397,13 @@ def fitted_on_note(fits: dict[str, TrendFit], testbed: Testbed, models: Iterable
     n = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
     line = (f"Trends fitted on the {', '.join(selectors)} models of {testbed.name}: {len(fitted)} models (types: "
             + ", ".join(f"{t} {c}" for t, c in types.items()) + f"), {n} per shift with both accuracies")
+    line += "; " + _recipes_note(fits)
     mine = [m for m in models if m in set(fitted)]
     line += (f"; of your models, {', '.join(mine)} {'is' if len(mine) == 1 else 'are'} in the fit." if mine
              else "; your models are not part of the fit.")
     return line
 
 
-__all__ = ["ShiftPair", "NATURAL_SHIFTS", "fit_shift", "place_models", "PLACEMENT_COLUMNS", "SKIPPED_FIELDS",
+__all__ = ["ShiftPair", "NATURAL_SHIFTS", "fit_shift", "default_recipe", "is_published", "check_fit_recipe",
+           "place_models", "PLACEMENT_COLUMNS", "SKIPPED_FIELDS",
            "fitted_on_note", "setting_description", "skipped_lines", "skipped_without_trend"]

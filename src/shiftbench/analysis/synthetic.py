@@ -30,7 +30,14 @@ import pandas as pd
 from scipy import stats
 
 from shiftbench.analysis.correlation import robustness_correlation
-from shiftbench.analysis.recipes import NATURAL_DEFAULT  # there: the CLI's --help reads it without numpy
+from shiftbench.analysis.recipes import (  # there: the CLI's --help reads them without numpy
+    NATURAL_DEFAULT,
+    PAPER_TAORI_SYNTHETIC,
+    SYNTHETIC_RECIPES,
+    TAORI_FIT_EXCLUDE,  # shared with the trend recipe taori2020 (recipes.FIT_RECIPES)
+    TAORI_MIN_X,
+    check_recipe,
+)
 from shiftbench.analysis.robustness import effective_robustness
 from shiftbench.analysis.scaling import inverse, transform
 from shiftbench.analysis.trend import DEFAULT_FIT_ON, fit_trend
@@ -162,29 +169,16 @@ TAORI_EXTRA = ("stylized_imagenet", "greyscale")
 #: The adversarial (PGD) settings: ``pgd.<norm>.eps<epsilon>`` (the reference testbed has
 #: ``pgd.l2.eps0.1``, ``pgd.l2.eps0.5``, ``pgd.linf.eps0.5`` and ``pgd.linf.eps2``).
 PGD_PATTERN = r"^pgd\."
-#: Name fragments of the models Taori et al. keep out of the trend fit: AWS-retrained
-#: models, batch-size variants and ImageNet subsamples.
-TAORI_FIT_EXCLUDE = ("_aws", "batch64", "subsample")
+#: TAORI_FIT_EXCLUDE (``aws``, ``batch64``, ``subsample``: the name fragments of the models Taori et al.
+#: keep out of the trend fit) and TAORI_MIN_X (55% val) live in :mod:`shiftbench.analysis.recipes`.
 #: Name fragment of the models kept out of the correlation (ImageNet subsamples).
 TAORI_CORRELATION_EXCLUDE = ("subsample",)
-#: The trend of the taori2020 recipe is fitted on standard models with at least this ``val`` accuracy.
-TAORI_MIN_X = 55.0
-PAPER_TAORI = ("Taori et al. 2020, Measuring Robustness to Natural Distribution Shifts in Image "
-               "Classification (NeurIPS), §4.2")
+PAPER_TAORI = PAPER_TAORI_SYNTHETIC
 
 #: Named synthetic-vs-natural recipes: name -> (one-line description, paper). The JSON, the
-#: CSV, the report and docs/methods.md name the recipe with these.
-RECIPES: dict[str, tuple[str, str]] = {
-    "taori2020": (
-        ("effective robustness of each model's average accuracy over every ImageNet-C corruption "
-         "(in-memory and on-disk, each averaged over its severities), Stylized ImageNet and greyscale, "
-         "against one logit trend on val; Pearson r with ImageNetV2 effective robustness"),
-        PAPER_TAORI),
-    "per-setting": (
-        ("mean over the in-memory ImageNet-C settings of each setting's effective robustness (one "
-         "logit trend per setting); Pearson r with ImageNetV2 effective robustness"),
-        "shiftbench's variant of " + PAPER_TAORI),
-}
+#: CSV, the report and docs/methods.md name the recipe with these (kept, as plain data, in
+#: :data:`shiftbench.analysis.recipes.REGISTRY`).
+RECIPES: dict[str, tuple[str, str]] = SYNTHETIC_RECIPES
 
 
 def recipe_line(recipe: str) -> str:
@@ -194,9 +188,7 @@ def recipe_line(recipe: str) -> str:
 
 
 def _check_recipe(recipe: str) -> str:
-    if recipe not in RECIPES:
-        raise ConfigError(f"unknown recipe {recipe!r}; choose one of {', '.join(RECIPES)}")
-    return recipe
+    return check_recipe("synthetic-vs-natural", recipe, option="recipe")
 
 
 @dataclass
@@ -371,7 +363,7 @@ def synthetic_vs_natural(
     """Does robustness to synthetic shifts predict robustness to a natural one?
 
     Taori et al. 2020 ("Measuring Robustness to Natural Distribution Shifts in Image
-    Classification", §4.2, Figures 5 and 6) correlate, over the non-standard models, effective
+    Classification", §4.2, Figure 5) correlate, over the non-standard models, effective
     robustness on synthetic shifts with effective robustness on ImageNetV2. Two recipes
     (:data:`RECIPES`):
 
@@ -380,7 +372,7 @@ def synthetic_vs_natural(
         in-memory **and** on-disk, each corruption first averaged over its severities (over the
         severities the model has: see :func:`taori_synthetic_average`), plus Stylized ImageNet
         and greyscale where present. One ``scale`` trend of that average against ``x`` is fitted
-        on the STANDARD models with ``x`` >= 55% whose names contain none of ``_aws``,
+        on the STANDARD models with ``x`` >= 55% whose names contain none of ``aws``,
         ``batch64``, ``subsample`` (among the models with ``x``, the average and ``natural``);
         the same for ``natural``. The effective robustness of the average is correlated
         (Pearson) with that on ``natural`` over the non-standard models (types other than

@@ -6,10 +6,12 @@ objects and scenes), *specialized* (photographs from specialist equipment: medic
 sensing) and *structured* (counting, distances, orientations; synthetic or simulated scenes),
 and report the mean accuracy over each group and over all tasks. Djolonga et al. 2021 ("On
 Robustness and Transferability of Convolutional Neural Networks", CVPR) correlate those means
-with robustness. This module is pure pandas (no torch): a transfer result is one testbed cell,
-setting ``transfer:<task>`` (linear probe, the VTAB-1k default) or ``transfer:<task>@finetune``
-(see :mod:`shiftbench.studies.transfer`), and :func:`transfer_group_means` averages those cells
-per group.
+with robustness. VTAB-1k's protocol and Djolonga et al.'s transfer numbers fine-tune the whole
+network; shiftbench's default, the linear probe on frozen features, is its own cheaper protocol.
+This module is pure pandas (no torch): a transfer result is one testbed cell, setting
+``transfer:<task>`` (linear probe, shiftbench's default) or ``transfer:<task>@finetune`` (the
+protocol of VTAB-1k, on a shorter schedule; see :mod:`shiftbench.studies.transfer`), and
+:func:`transfer_group_means` averages those cells per group.
 
 The group table ships as ``shiftbench/data/transfer/vtab_groups.csv`` (``task,group,description``);
 users add their own tasks with a mapping, a DataFrame or a CSV with ``task`` and ``group`` columns.
@@ -75,8 +77,9 @@ def task_groups(extra: Mapping[str, str] | pd.DataFrame | str | Path | None = No
 
 
 def transfer_setting(task: str, protocol: str = "linear") -> str:
-    """The testbed setting of a transfer result: ``transfer:<task>`` for the linear probe (the
-    VTAB-1k default), ``transfer:<task>@<protocol>`` otherwise.
+    """The testbed setting of a transfer result: ``transfer:<task>`` for the linear probe
+    (shiftbench's default and cheaper protocol; VTAB-1k fine-tunes), ``transfer:<task>@<protocol>``
+    otherwise.
 
     >>> transfer_setting("eurosat"), transfer_setting("eurosat", "finetune")
     ('transfer:eurosat', 'transfer:eurosat@finetune')

@@ -12,7 +12,12 @@ settings) and transfer results (``transfer:<task>`` cells, :mod:`shiftbench.stud
   (``acc:corruptions``, the quantity mCE ranks models by) and its effective robustness; plus any
   per-model columns the user passes (``extra``: ECE, pm-k, ...);
 * **targets**: the mean transfer accuracy per task group (natural, specialized, structured, and
-  the mean over all tasks; :func:`~shiftbench.analysis.transfer.transfer_group_means`);
+  the mean over all tasks; :func:`~shiftbench.analysis.transfer.transfer_group_means`). A task's
+  group is, by precedence: ``groups`` (the user's table), the group its transfer runs declared
+  in the results store the testbed was read from (``group`` in each result's ``done/<key>.json``,
+  :func:`~shiftbench.studies.transfer.stored_groups`; :func:`resolve_task_groups`), VTAB-1k's
+  table, else ``other``; the result says which (``groups_from``) and notes the tasks left in
+  ``other``;
 * per (metric, group): **Spearman's rho** over the models that have both, with a 95% percentile
   **bootstrap interval over models** (resampling models with replacement, ``n_resamples`` times,
   ranks recomputed per resample), and the **partial** Spearman correlation with ID accuracy
@@ -28,17 +33,26 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
-from shiftbench.analysis.transfer import parse_transfer_setting, transfer_group_means
-from shiftbench.errors import ConfigError, DataError
+from shiftbench.analysis.transfer import (
+    GROUPS,
+    OTHER_GROUP,
+    parse_transfer_setting,
+    task_groups,
+    transfer_group_means,
+)
+from shiftbench.errors import ConfigError, DataError, ShiftbenchError, closest
 
 #: the suffix of a synthetic shift in a setting name: ``<base>+<corruption>.<severity>``
 CORRUPTION_MARK = "+"
+#: where a task's group came from: the ``groups`` the user gave, the ``group`` its transfer runs
+#: declared in the store, VTAB-1k's shipped table, or nowhere (the task is in ``other``)
+GROUP_SOURCES = ("groups", "store", "vtab", "none")
 COLUMNS = ["metric", "kind", "setting", "group", "n_models", "rho", "low", "high",
            "partial_rho", "partial_low", "partial_high"]
 
@@ -57,6 +71,12 @@ class TransferCorrelation:
     n_resamples: int
     seed: int
     notes: list[str] = field(default_factory=list)
+    #: ``task -> group`` of every task with results for the protocol
+    task_groups: dict[str, str] = field(default_factory=dict)
+    #: ``task -> where its group came from``: one of :data:`GROUP_SOURCES`
+    groups_from: dict[str, str] = field(default_factory=dict)
+    #: one sentence naming those sources (the user's table, the store) and each group's tasks
+    groups_origin: str = ""
 
     def matrix(self, value: str = "rho") -> pd.DataFrame:
         """Metrics x groups of ``value`` (``rho``, ``partial_rho``, ``n_models``, ...), metrics in row order."""
@@ -137,6 +157,99 @@ class _Resampled:
         return out
 
 
+class TaskGroups(NamedTuple):
+    """The group of every transfer task of a testbed and where it came from (:func:`resolve_task_groups`)."""
+
+    groups: dict[str, str]          # task -> group
+    sources: dict[str, str]         # task -> one of GROUP_SOURCES
+    origin: str                     # one sentence: the sources and each group's tasks
+    notes: list[str]                # tasks left in "other", user-named tasks without results
+
+
+def _testbed_stores(testbed: Any) -> list[str]:
+    """The results stores a testbed was read from (``Testbed.from_store``, ``--testbed DIR``,
+    ``--store DIR``; merged testbeds join their sources with ``+``)."""
+    source = str(getattr(testbed, "source", "") or "")
+    parts = [source] if Path(source).is_dir() else source.split("+")
+    return [p for p in dict.fromkeys(parts) if p and (Path(p) / "done").is_dir()]
+
+
+def _user_groups(groups: Mapping[str, str] | pd.DataFrame | str | Path) -> dict[str, str]:
+    """Only the user's ``task -> group`` entries (validated as :func:`task_groups` validates them)."""
+    task_groups(groups)                                         # a missing file or column: one line
+    if isinstance(groups, Mapping):
+        return {str(k): str(v) for k, v in groups.items()}
+    frame = pd.read_csv(groups) if isinstance(groups, str | Path) else groups
+    return dict(zip(frame["task"].astype(str), frame["group"].astype(str)))
+
+
+def _declared_groups(store: str | Path) -> dict[str, str]:
+    """``task -> group`` the transfer results in ``store`` declared (what
+    :func:`shiftbench.studies.transfer.stored_groups` returns; read here, from the store layer, so
+    the analysis floor does not import the studies above it)."""
+    from shiftbench.store import Store  # deferred: pyarrow, only for a testbed read from a store
+
+    res = Store.existing(store).results()
+    if "task" not in res or "group" not in res:
+        return {}
+    res = res[res["task"].notna() & res["group"].notna()]
+    return dict(zip(res["task"].astype(str), res["group"].astype(str)))
+
+
+def resolve_task_groups(testbed: Any, groups: Mapping[str, str] | pd.DataFrame | str | Path | None = None, *,
+                        protocol: str = "linear") -> TaskGroups:
+    """The group of every task with ``protocol`` transfer results in ``testbed``, by precedence:
+    ``groups`` (a mapping, frame or CSV with ``task,group``), the ``group`` the task's transfer
+    runs declared in the results store(s) the testbed was read from
+    (:func:`shiftbench.studies.transfer.stored_groups`), VTAB-1k's table (Zhai et al. 2019), else
+    ``other``. The notes name the tasks left in ``other`` and ``groups`` entries without results."""
+    parsed = {str(c): parse_transfer_setting(str(c)) for c in testbed.accuracies.columns}
+    tasks = [p[0] for c, p in parsed.items()
+             if p is not None and p[1] == protocol and testbed.accuracies[c].notna().any()]
+    user = _user_groups(groups) if groups is not None else {}
+    label = str(groups) if isinstance(groups, str | Path) else "the groups given"
+    stores, declared = _testbed_stores(testbed), {}
+    if stores:
+        for store in stores:
+            try:
+                declared.update({t: g for t, g in _declared_groups(store).items() if g and g != "nan"})
+            except ShiftbenchError:                             # unreadable: the testbed was read, so rare
+                continue
+    vtab = task_groups()
+    out, sources = {}, {}
+    for task in tasks:
+        for kind, table in (("groups", user), ("store", declared), ("vtab", vtab)):
+            if task in table:
+                out[task], sources[task] = table[task], kind
+                break
+        else:
+            out[task], sources[task] = OTHER_GROUP, "none"
+    where = {"groups": f"from {label}", "vtab": "from VTAB-1k's task table", "none": "unknown",
+             "store": f"declared by the transfer runs in {', '.join(stores)}"}
+    present = set(out.values())
+    order = [g for g in GROUPS if g in present] + sorted(present - set(GROUPS))   # transfer_group_means' order
+    members = "; ".join(f"{g}: {', '.join(t for t in tasks if out[t] == g)}" for g in order)
+    kinds = list(dict.fromkeys(sources.values()))
+    if len(kinds) == 1:
+        origin = f"task groups {where[kinds[0]]} ({members})"
+    else:
+        origin = (f"task groups ({members}): "
+                  + "; ".join(f"{where[k]} for {', '.join(t for t in tasks if sources[t] == k)}" for k in kinds))
+    notes = []
+    unknown = [t for t in user if t not in tasks]
+    if unknown:
+        hints = [f"{t!r} (did you mean {near[0]!r}?)" if (near := closest(t, tasks)) else repr(t) for t in unknown]
+        notes.append(f"{label} names {len(unknown)} task(s) with no {protocol} transfer results in "
+                     f"{testbed.name!r}, left unused: {', '.join(hints)}")
+    other = [t for t in tasks if sources[t] == "none"]
+    if other:
+        why = ("their transfer results in the store declare no group" if stores
+               else f"testbed {testbed.name!r} keeps no groups: read it from its store, or give them")
+        notes.append(f"{len(other)} task(s) placed in {OTHER_GROUP!r}: {', '.join(other)} ({why}, and VTAB-1k's "
+                     "table does not name them); give their groups as a CSV task,group (--groups FILE)")
+    return TaskGroups(out, sources, origin, notes)
+
+
 def robustness_metrics(testbed: Any, x: str, *, extra: pd.DataFrame | Mapping[str, Mapping[str, float]] | None = None,
                        effective: bool = True) -> pd.DataFrame:
     """Per model (rows) the robustness metrics of the module docstring (columns, in this order:
@@ -146,24 +259,23 @@ def robustness_metrics(testbed: Any, x: str, *, extra: pd.DataFrame | Mapping[st
     if x not in acc.columns:
         raise ConfigError(f"ID setting {x!r} is not in testbed {testbed.name!r}; pass --x with one of its settings")
     shifted = [s for s in acc.columns if s != x and parse_transfer_setting(s) is None]
-    out = pd.DataFrame(index=acc.index)
-    out[f"acc:{x}"] = acc[x]
+    cols: dict[str, pd.Series] = {f"acc:{x}": acc[x]}
     corrupted = [s for s in shifted if CORRUPTION_MARK in s and s.split(CORRUPTION_MARK, 1)[0] == x]
     series: dict[str, pd.Series] = {s: acc[s] for s in shifted}
     if len(corrupted) >= 2:
         series["corruptions"] = acc[corrupted].mean(axis=1, skipna=False)
     for name, values in series.items():
-        out[f"acc:{name}"] = values
+        cols[f"acc:{name}"] = values
         if effective:
             try:
-                out[f"er:{name}"] = _er(testbed, x, name, values)
+                cols[f"er:{name}"] = _er(testbed, x, name, values)
             except (ConfigError, DataError):  # too few standard models with both cells: no trend, no ER
                 continue
     if extra is not None:
         frame = extra if isinstance(extra, pd.DataFrame) else pd.DataFrame(extra)
         for col in frame.columns:
-            out[str(col)] = pd.to_numeric(frame[col], errors="coerce").reindex(out.index)
-    return out
+            cols[str(col)] = pd.to_numeric(frame[col], errors="coerce").reindex(acc.index)
+    return pd.DataFrame(cols, index=acc.index)   # built at once: one column at a time fragments the frame
 
 
 def _er(testbed: Any, x: str, name: str, values: pd.Series) -> pd.Series:
@@ -196,19 +308,24 @@ def robustness_transfer_correlation(
 ) -> TransferCorrelation:
     """Spearman correlation (and partial correlation given ID accuracy on ``x``) of every robustness
     metric with the mean transfer accuracy of every task group, with bootstrap intervals over
-    models (module docstring; Djolonga et al. 2021). ``metrics`` keeps only those metric columns."""
+    models (module docstring; Djolonga et al. 2021). ``metrics`` keeps only those metric columns.
+
+    ``groups`` overrides the task groups; without it a testbed read from a results store uses
+    the groups its transfer runs declared (:func:`resolve_task_groups`); ``groups_from`` and
+    ``groups_origin`` of the result say where each task's group came from."""
     table = robustness_metrics(testbed, x, extra=extra)
     if metrics is not None:
         unknown = [m for m in metrics if m not in table.columns]
         if unknown:
             raise ConfigError(f"unknown metric {unknown[0]!r}; metrics: {', '.join(table.columns[:12])} ...")
         table = table[[f"acc:{x}", *[m for m in metrics if m != f"acc:{x}"]]]
-    targets = transfer_group_means(testbed, groups, protocol=protocol).drop(columns="n_tasks")
+    resolved = resolve_task_groups(testbed, groups, protocol=protocol)
+    targets = transfer_group_means(testbed, resolved.groups, protocol=protocol).drop(columns="n_tasks")
     targets = targets.reindex(table.index)
     if targets.notna().sum().max() < min_models:
         raise DataError(f"testbed {testbed.name!r}: fewer than {min_models} models have transfer results for every "
                         f"task of a group; run `shiftbench transfer` on more models")
-    rows, notes = [], []
+    rows, notes = [], list(resolved.notes)
     control = table[f"acc:{x}"]
     cells: dict[tuple[str, str], dict[str, Any]] = {}
     for group in targets.columns:
@@ -236,4 +353,5 @@ def robustness_transfer_correlation(
     frame = pd.DataFrame(rows).reindex(columns=COLUMNS)
     if (frame["n_models"] < min_models).any():
         notes.append(f"cells with fewer than {min_models} models are left empty")
-    return TransferCorrelation(frame, table, targets, x, n_resamples, seed, notes)
+    return TransferCorrelation(frame, table, targets, x, n_resamples, seed, notes, resolved.groups, resolved.sources,
+                               resolved.origin)

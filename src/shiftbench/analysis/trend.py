@@ -5,10 +5,19 @@ the *standard* models only,
 
     t(acc_y) = slope * t(acc_x) + intercept,      t = logit, probit or linear,
 
-and draws a bootstrap confidence band around it. For adversarially filtered test sets such as
-ImageNet-A, where the filtering model and everything below it scores ~0, a continuous
-piecewise-linear (hinge) trend around a pivot accuracy ``p`` fits better (Taori et al. 2020,
-Appendix):
+and draws a bootstrap confidence band around it. Which standard models: every one ``fit_on``
+selects (recipe ``standard``), or, as the authors' figure scripts do (recipe ``taori2020``), those
+whose names hold none of ``aws``, ``batch64``, ``subsample`` and that the figure shows (``val`` >=
+55%, or the shift figure's own rule): :func:`fit_trend`'s ``recipe=``.
+
+For an adversarially filtered test set such as ImageNet-A, where the filtering model (ResNet-50,
+the *pivot*) scores 0 by construction, the authors fit *two independent lines* (recipe
+``taori2020``, :func:`fit_two_line_trend`, the published testbed's ``plotting/paper_imagenet_a.py``):
+one on the standard models strictly below the pivot's in-distribution accuracy ``p``, one on those
+strictly above it, the pivot model itself in neither, only models with >= 75% on the ImageNet-A
+classes; a model at or below ``p`` is measured against the lower line. shiftbench's variant
+(recipe ``hinge``, :func:`fit_piecewise_trend`) fits one *continuous* piecewise-linear trend with
+its knot at ``p`` on every ``fit_on`` model, the pivot included:
 
     t(acc_y) = b + a_below * min(t(acc_x) - t(p), 0) + a_above * max(t(acc_x) - t(p), 0).
 
@@ -36,6 +45,7 @@ import pandas as pd
 from numpy.typing import ArrayLike
 
 from shiftbench.analysis.intervals import check_confidence
+from shiftbench.analysis.recipes import TAORI_FIT_EXCLUDE, TAORI_MIN_X, TAORI_SHOWN, check_recipe
 from shiftbench.analysis.scaling import check_scale, inverse, transform
 from shiftbench.errors import ConfigError, DataError
 from shiftbench.testbed import Testbed, check_percent
@@ -79,8 +89,20 @@ class TrendFit:
     x_range: tuple[float, float] = (np.nan, np.nan)
     xs: np.ndarray = field(default_factory=lambda: np.empty(0), repr=False, compare=False)
     ys: np.ndarray = field(default_factory=lambda: np.empty(0), repr=False, compare=False)
+    recipe: str = "standard"
+    excluded: tuple[tuple[str, int], ...] = ()
 
     kind = "linear"
+
+    @property
+    def n_excluded(self) -> int:
+        """Models of the ``fit_on`` selection the recipe left out (:attr:`excluded`, per reason)."""
+        return sum(n for _, n in self.excluded)
+
+    def segments(self) -> list[tuple[TrendFit, float, float]]:
+        """The lines to draw, each with the scaled x interval it holds on: one line everywhere
+        here (two for a :class:`TwoLineTrendFit`)."""
+        return [(self, -np.inf, np.inf)]
 
     def basis(self, xs: np.ndarray) -> np.ndarray:
         """Design matrix ``[1, t(x)]`` for scaled ``xs``."""
@@ -123,13 +145,16 @@ class TrendFit:
             "n_models": int(self.n_models), "scale": self.scale, "x": self.x, "y": self.y,
             "slope_se": float(self.slope_se), "intercept_se": float(self.intercept_se),
             "n_skipped": int(self.n_skipped), "fit_on": list(self.fit_on), "kind": self.kind,
+            "recipe": self.recipe, "n_excluded": self.n_excluded, "excluded": dict(self.excluded),
         }
 
 
 @dataclass(frozen=True)
 class PiecewiseTrendFit(TrendFit):
     """A continuous hinge trend around ``pivot`` (percent): ``slope`` is the slope above the
-    pivot, ``slope_below`` below it, and ``intercept`` the scaled y-value at the pivot."""
+    pivot, ``slope_below`` below it, and ``intercept`` the scaled y-value at the pivot. This is
+    shiftbench's variant (recipe ``hinge``); the authors' ImageNet-A trend is two independent
+    lines (:class:`TwoLineTrendFit`)."""
 
     pivot: float = np.nan
     slope_below: float = np.nan
@@ -185,8 +210,15 @@ class MultiTrendFit:
     x_ranges: tuple[tuple[float, float], ...] = ()
     xs: np.ndarray = field(default_factory=lambda: np.empty((0, 0)), repr=False, compare=False)
     ys: np.ndarray = field(default_factory=lambda: np.empty(0), repr=False, compare=False)
+    recipe: str = "standard"
+    excluded: tuple[tuple[str, int], ...] = ()
 
     kind = "multi"
+
+    @property
+    def n_excluded(self) -> int:
+        """Models of the ``fit_on`` selection left out (:attr:`excluded`, per reason)."""
+        return sum(n for _, n in self.excluded)
 
     @property
     def k(self) -> int:
@@ -278,6 +310,7 @@ class MultiTrendFit:
             "coefficient_se": {k: float(v) for k, v in zip(self.x_labels, self.coefficient_se)},
             "intercept_se": float(self.intercept_se), "n_skipped": int(self.n_skipped),
             "fit_on": list(self.fit_on), "kind": self.kind,
+            "recipe": self.recipe, "n_excluded": self.n_excluded, "excluded": dict(self.excluded),
         }
 
 
@@ -315,6 +348,173 @@ class Band:
         lo = np.interp(xs, gx, self.lower_scaled)
         hi = np.interp(xs, gx, self.upper_scaled)
         return inverse(lo, self.scale), inverse(hi, self.scale)
+
+    def segments(self) -> list[tuple[Band, float, float]]:
+        """One band everywhere (two for a :class:`TwoLineBand`), as :meth:`TrendFit.segments`."""
+        return [(self, -np.inf, np.inf)]
+
+
+@dataclass(frozen=True)
+class TwoLineTrendFit:
+    """Two independent least-squares lines split at a pivot accuracy (percent): :attr:`below`,
+    fitted on the models strictly below ``pivot``, and :attr:`above`, on those strictly above it
+    (Taori et al. 2020's ImageNet-A trend, recipe ``taori2020``; :func:`fit_two_line_trend`).
+
+    The trend at ``acc_x`` is the lower line's at or below the pivot and the upper line's above
+    it, so effective robustness, prediction intervals and bootstrap bands each come from the line
+    on the model's side. ``n_models`` counts both lines' models, ``models`` lists them (lower line
+    first); ``excluded`` says, per reason, which models of ``fit_on`` neither line was fitted on
+    (the pivot model among them). ``r2`` is the pooled coefficient of determination of the two
+    lines over all their models (scaled coordinates); each line has its own ``r2``, ``slope``,
+    standard errors and ``x_range``.
+    """
+
+    below: TrendFit
+    above: TrendFit
+    pivot: float
+    scale: str
+    x: str | None = None
+    y: str | None = None
+    pivot_model: str | None = None
+    fit_on: tuple[str, ...] = ("STANDARD",)
+    n_skipped: int = 0
+    recipe: str = "taori2020"
+    excluded: tuple[tuple[str, int], ...] = ()
+
+    kind = "two-line"
+
+    @property
+    def n_models(self) -> int:
+        """Models in either line."""
+        return self.below.n_models + self.above.n_models
+
+    @property
+    def n_excluded(self) -> int:
+        """Models of the ``fit_on`` selection in neither line (:attr:`excluded`, per reason)."""
+        return sum(n for _, n in self.excluded)
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        """The lower line's models, then the upper line's."""
+        return tuple(self.below.models) + tuple(self.above.models)
+
+    @property
+    def x_range(self) -> tuple[float, float]:
+        """From the least accurate model of the lower line to the most accurate of the upper line."""
+        return (self.below.x_range[0], self.above.x_range[1])
+
+    @property
+    def r2(self) -> float:
+        """Pooled r^2 of both lines: ``1 - (SSR_below + SSR_above) / SST`` over all fitted models."""
+        ys = np.concatenate([self.below.ys, self.above.ys])
+        ssr = sum(float(((f.ys - f.predict_scaled(f.xs)) ** 2).sum()) for f in (self.below, self.above))
+        sst = float(((ys - ys.mean()) ** 2).sum())
+        return 1.0 - ssr / sst if sst > 0 else 1.0
+
+    @property
+    def pivot_scaled(self) -> float:
+        """The pivot in scaled coordinates."""
+        return float(transform(self.pivot, self.scale))
+
+    def segments(self) -> list[tuple[TrendFit, float, float]]:
+        """``[(below, -inf, t(pivot)), (above, t(pivot), inf)]``: each line with the scaled x
+        interval it holds on (the lower one includes the pivot)."""
+        p = self.pivot_scaled
+        return [(self.below, -np.inf, p), (self.above, p, np.inf)]
+
+    def predict_scaled(self, xs: ArrayLike) -> np.ndarray:
+        """The trend in scaled coordinates at scaled ``xs``: the line on each point's side."""
+        xs = np.asarray(xs, dtype=float)
+        return np.where(xs > self.pivot_scaled, self.above.predict_scaled(xs), self.below.predict_scaled(xs))
+
+    def predict(self, acc_x: ArrayLike, n: ArrayLike | None = None) -> np.ndarray:
+        """The trend's shifted accuracy (percent) at ``acc_x`` (percent): lower line at or below
+        the pivot, upper line above it."""
+        return inverse(self.predict_scaled(transform(acc_x, self.scale, n)), self.scale)
+
+    def prediction_interval(self, acc_x: ArrayLike, confidence: float = 0.95,
+                            n: ArrayLike | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The OLS prediction interval (percent) of :meth:`TrendFit.prediction_interval`, from the
+        line on ``acc_x``'s side."""
+        up = np.asarray(transform(acc_x, self.scale, n)) > self.pivot_scaled
+        lo_b, hi_b = self.below.prediction_interval(acc_x, confidence, n)
+        lo_a, hi_a = self.above.prediction_interval(acc_x, confidence, n)
+        return np.where(up, lo_a, lo_b), np.where(up, hi_a, hi_b)
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready summary: both lines (``below``, ``above``) and what was left out."""
+        return {
+            "kind": self.kind, "recipe": self.recipe, "x": self.x, "y": self.y, "scale": self.scale,
+            "pivot": float(self.pivot), "pivot_model": self.pivot_model, "n_models": int(self.n_models),
+            "r2": float(self.r2), "n_skipped": int(self.n_skipped), "fit_on": list(self.fit_on),
+            "n_excluded": self.n_excluded, "excluded": dict(self.excluded),
+            "below": _line_dict(self.below), "above": _line_dict(self.above),
+        }
+
+
+def _line_dict(fit: TrendFit) -> dict[str, object]:
+    """One line of a :class:`TwoLineTrendFit` for JSON: its coefficients, fit and x range."""
+    return {"slope": float(fit.slope), "intercept": float(fit.intercept), "r2": float(fit.r2),
+            "n_models": int(fit.n_models), "slope_se": float(fit.slope_se), "intercept_se": float(fit.intercept_se),
+            "x_range": [float(v) for v in fit.x_range]}
+
+
+@dataclass(frozen=True)
+class TwoLineBand:
+    """The bootstrap bands of a :class:`TwoLineTrendFit`'s two lines (:attr:`below`,
+    :attr:`above`, each a :class:`Band` from resampling that line's models). Read like a
+    :class:`Band`: the limits at a point (:meth:`at`, ``lower``, ``upper``) come from the band of
+    the line on its side of ``pivot``."""
+
+    below: Band
+    above: Band
+    pivot: float
+
+    @property
+    def grid(self) -> np.ndarray:
+        return self.below.grid
+
+    @property
+    def confidence(self) -> float:
+        return self.below.confidence
+
+    @property
+    def n_resamples(self) -> int:
+        """Resamples kept, the fewer of the two lines'."""
+        return min(self.below.n_resamples, self.above.n_resamples)
+
+    @property
+    def scale(self) -> str:
+        return self.below.scale
+
+    @property
+    def lower_scaled(self) -> np.ndarray:
+        return np.where(self.grid > self.pivot, self.above.lower_scaled, self.below.lower_scaled)
+
+    @property
+    def upper_scaled(self) -> np.ndarray:
+        return np.where(self.grid > self.pivot, self.above.upper_scaled, self.below.upper_scaled)
+
+    @property
+    def lower(self) -> np.ndarray:
+        return inverse(self.lower_scaled, self.scale)
+
+    @property
+    def upper(self) -> np.ndarray:
+        return inverse(self.upper_scaled, self.scale)
+
+    def segments(self) -> list[tuple[Band, float, float]]:
+        """``[(below, -inf, t(pivot)), (above, t(pivot), inf)]`` in scaled x, as
+        :meth:`TwoLineTrendFit.segments`."""
+        p = float(transform(self.pivot, self.scale))
+        return [(self.below, -np.inf, p), (self.above, p, np.inf)]
+
+    def at(self, acc_x: ArrayLike, n: ArrayLike | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Band limits (percent) at ``acc_x`` from the band of the line on its side."""
+        up = np.asarray(transform(acc_x, self.scale, n)) > float(transform(self.pivot, self.scale))
+        lo_b, hi_b = self.below.at(acc_x, n)
+        lo_a, hi_a = self.above.at(acc_x, n)
+        return np.where(up, lo_a, lo_b), np.where(up, hi_a, hi_b)
 
 
 # ---------------------------------------------------------------------------- data selection
@@ -492,16 +692,94 @@ def _fit_multi(x: object, y: object, scale: str, testbed: Testbed | None,
         xs=xs, ys=np.asarray(ys, dtype=float))
 
 
+def _missing_reason(x: str, y: str) -> str:
+    return f"no accuracy on {x} or {y}"
+
+
+def _missing_excluded(info: dict[str, object]) -> tuple[tuple[str, int], ...]:
+    """The ``excluded`` of a fit whose only left-out models are those lacking an accuracy."""
+    n = int(info.get("n_skipped", 0))
+    return ((_missing_reason(str(info.get("x", "x")), str(info.get("y", "y"))), n),) if n else ()
+
+
+def _check_line_recipe(recipe: str) -> None:
+    """``recipe`` names a recipe of one line (:data:`~shiftbench.analysis.recipes.FIT_RECIPES`)."""
+    if recipe == "hinge":
+        raise ConfigError("recipe 'hinge' is a trend around a pivot: fit_piecewise_trend(testbed, x, y, pivot) "
+                          "or fit_shift(testbed, shift, recipe='hinge')")
+    check_recipe("fit", recipe, option="recipe")
+
+
+def _check_taori_fit_on(testbed: Testbed | None, fit_on: str | Iterable[str] | None) -> None:
+    """The authors' recipe chooses its own models: a testbed, and ``fit_on`` left at STANDARD."""
+    if testbed is None:
+        raise ConfigError("recipe 'taori2020' chooses models by name, type and the figure's display rule: "
+                          "pass the testbed first (arrays take recipe 'standard')")
+    chosen = DEFAULT_FIT_ON if fit_on is None else ((fit_on,) if isinstance(fit_on, str) else tuple(fit_on))
+    if tuple(chosen) != DEFAULT_FIT_ON:
+        raise ConfigError(f"recipe 'taori2020' fits the STANDARD models the authors' figures fit; fit_on "
+                          f"{', '.join(chosen)} asks for others: drop fit_on (--fit-on) or choose recipe 'standard'")
+
+
+def taori_fit_models(testbed: Testbed, x: str, y: str, *, pivot: float | None = None,
+                     pivot_model: str | None = None) -> tuple[list[str], tuple[tuple[str, int], ...]]:
+    """The STANDARD models of ``testbed`` the published testbed's figure scripts fit a trend of
+    ``y`` on ``x`` to (recipe ``taori2020``), and the others, counted per reason.
+
+    A STANDARD model is left out when it lacks the ``x`` or ``y`` accuracy; when the figure does
+    not show it: ``subsample`` in its name, or below the figure's display threshold
+    (:data:`~shiftbench.analysis.recipes.TAORI_SHOWN`: ``val`` >= 55% unless the shift's figure
+    has its own rule, ImageNet-A's ``val-on-imagenet-a-classes`` >= 75%); when its name holds
+    ``aws`` or ``batch64`` (lower-cased, as the scripts match); and, around a ``pivot`` (percent),
+    when it is the ``pivot_model`` or sits exactly at the pivot (the two lines take strict
+    inequalities). Returns ``(kept models in testbed order, ((reason, count), ...))``; a testbed
+    without the setting the display rule reads is a ConfigError naming it.
+    """
+    x, y = testbed.check_setting(x), testbed.check_setting(y)
+    shown, minimum = TAORI_SHOWN.get(y, ("val", TAORI_MIN_X))
+    if shown not in testbed.settings:
+        raise ConfigError(f"recipe 'taori2020' needs setting {shown!r}, which testbed {testbed.name!r} lacks: the "
+                          f"authors' figure of {y} shows and fits only models with {shown} >= {minimum:g}%; "
+                          "choose recipe 'standard'")
+    if "STANDARD" not in set(testbed.model_types):
+        raise ConfigError(f"recipe 'taori2020' fits STANDARD models; testbed {testbed.name!r} has none (types: "
+                          f"{', '.join(sorted(set(testbed.model_types)))}); choose recipe 'standard' with fit_on")
+    acc = testbed.accuracies
+    names = [f for f in TAORI_FIT_EXCLUDE if f != "subsample"]
+    kept: list[str] = []
+    reasons: dict[str, int] = {}
+    for m in testbed.resolve(["type:STANDARD"]):
+        low = m.lower()
+        frag = next((f for f in names if f in low), None)
+        if not (np.isfinite(acc.at[m, x]) and np.isfinite(acc.at[m, y])):
+            why = _missing_reason(x, y)
+        elif "subsample" in low:
+            why = "'subsample' in the name (not shown)"
+        elif not acc.at[m, shown] >= minimum:
+            why = f"{shown} below {minimum:g}% (not shown)"
+        elif frag is not None:
+            why = f"'{frag}' in the name"
+        elif pivot is not None and m == pivot_model:
+            why = f"the pivot model {m}"
+        elif pivot is not None and acc.at[m, x] == pivot:
+            why = f"at the pivot accuracy {pivot:.2f}%"
+        else:
+            kept.append(m)
+            continue
+        reasons[why] = reasons.get(why, 0) + 1
+    return kept, tuple(reasons.items())
+
+
 # ---------------------------------------------------------------------------- public fits
 @overload
 def fit_trend(testbed: Testbed | None = None, x: str | None = None, y: str | ArrayLike | None = None,
               scale: str = "logit", *, fit_on: str | Iterable[str] | None = DEFAULT_FIT_ON,
-              fractions: bool | None = None) -> TrendFit: ...
+              fractions: bool | None = None, recipe: str = "standard") -> TrendFit: ...
 @overload
 def fit_trend(testbed: Testbed | None = None, x: Sequence[str] | ArrayLike | None = None,
               y: str | ArrayLike | None = None, scale: str = "logit", *,
               fit_on: str | Iterable[str] | None = DEFAULT_FIT_ON,
-              fractions: bool | None = None) -> TrendFit | MultiTrendFit: ...
+              fractions: bool | None = None, recipe: str = "standard") -> TrendFit | MultiTrendFit: ...
 def fit_trend(
     testbed: Testbed | None = None,
     x: str | Sequence[str] | ArrayLike | None = None,
@@ -510,6 +788,7 @@ def fit_trend(
     *,
     fit_on: str | Iterable[str] | None = DEFAULT_FIT_ON,
     fractions: bool | None = None,
+    recipe: str = "standard",
 ) -> TrendFit | MultiTrendFit:
     """Least-squares trend ``t(acc_y) = slope * t(acc_x) + intercept`` (Taori et al. 2020, §3),
     or, over K >= 2 in-distribution test sets, the plane
@@ -517,7 +796,8 @@ def fit_trend(
     natural distribution shifts for models with different training data", NeurIPS 2023).
 
     With one x (a name, a one-name sequence, a 1-D array) the result is the :class:`TrendFit`
-    of the published protocol. With K >= 2 x settings it is a :class:`MultiTrendFit` fitted on the
+    of the published protocol (a least-squares line on standard models; ``recipe="taori2020"``
+    adds the authors' model filters). With K >= 2 x settings it is a :class:`MultiTrendFit` fitted on the
     selected models that have all K + 1 accuracies: it offers ``predict`` and the OLS
     ``prediction_interval`` / ``confidence_interval`` (and :func:`bootstrap_interval`), but no
     bootstrap band and no piecewise form. It needs at least K + 2 such models (ConfigError
@@ -537,13 +817,19 @@ def fit_trend(
         ``"logit"`` (default), ``"probit"`` or ``"linear"``; see :mod:`shiftbench.analysis.scaling`.
     fit_on:
         Which models the line is fitted on: model types, tags or model names (a union; see
-        :meth:`Testbed.resolve`). Default: ``STANDARD`` models, the published protocol.
-        ``"all"`` fits on every model.
+        :meth:`Testbed.resolve`). Default: ``STANDARD`` models (all of them: recipe ``standard``;
+        the authors' own selection among them is recipe ``taori2020``). ``"all"`` fits on every model.
     fractions:
         For arrays: accuracies are percentages, so arrays whose values all lie in [0, 1] look
         like fractions and are refused (DataError) unless ``fractions=True`` (multiply them by
         100) or ``fractions=False`` (they are percentages below 1%). A testbed's tables were
         checked when read (:func:`~shiftbench.load_testbed`).
+    recipe:
+        Which of the ``fit_on`` models the line is fitted on (:data:`~shiftbench.analysis.recipes.FIT_RECIPES`):
+        ``"standard"`` (default) all of them with both accuracies; ``"taori2020"`` the STANDARD
+        models the authors' figure scripts fit (:func:`taori_fit_models`; one x, a testbed, and the
+        default ``fit_on``). The result names its recipe and counts what it left out, per reason
+        (``fit.recipe``, ``fit.excluded``).
 
     Examples
     --------
@@ -552,10 +838,20 @@ def fit_trend(
     (1.1, -0.21)
     """
     check_testbed_first("fit_trend", testbed, x, y)
+    _check_line_recipe(recipe)
     x, k = x_settings(x, y, testbed)
     if k > 1:
+        if recipe != "standard":
+            raise ConfigError(f"recipe {recipe!r} fits one x; a plane over {k} x settings takes recipe 'standard'")
         return _fit_multi(x, y, scale, testbed, fit_on, fractions)
-    xs, ys, info = _points(x, y, scale, testbed, fit_on, fractions)
+    if recipe == "taori2020":
+        _check_taori_fit_on(testbed, fit_on)
+        kept, excluded = taori_fit_models(testbed, str(x), str(y))
+        xs, ys, info = _points(x, y, scale, testbed, [f"model:{m}" for m in kept], fractions)
+        info.update(fit_on=DEFAULT_FIT_ON, n_skipped=dict(excluded).get(_missing_reason(str(x), str(y)), 0))
+    else:
+        xs, ys, info = _points(x, y, scale, testbed, fit_on, fractions)
+        excluded = _missing_excluded(info)
     _require(len(xs), MIN_MODELS, info, testbed, "a trend fit")
     if np.ptp(xs) == 0:
         raise DataError(f"all {len(xs)} models have the same accuracy on {info.get('x', 'x')!r}; a trend needs spread")
@@ -565,7 +861,8 @@ def fit_trend(
         slope=float(coef[1]), intercept=float(coef[0]), r2=r2, n_models=len(xs), scale=scale,
         slope_se=float(se[1]), intercept_se=float(se[0]), residual_std=s,
         x=info.get("x"), y=info.get("y"), models=info["models"], fit_on=tuple(info["fit_on"]),
-        n_skipped=int(info["n_skipped"]), x_range=(float(xa.min()), float(xa.max())), xs=xs, ys=ys)
+        n_skipped=int(info["n_skipped"]), x_range=(float(xa.min()), float(xa.max())), xs=xs, ys=ys,
+        recipe=recipe, excluded=excluded)
 
 
 def fit_piecewise_trend(
@@ -578,7 +875,10 @@ def fit_piecewise_trend(
     fit_on: str | Iterable[str] | None = DEFAULT_FIT_ON,
     fractions: bool | None = None,
 ) -> PiecewiseTrendFit:
-    """Continuous piecewise-linear trend with a knot at ``pivot`` (see module docstring).
+    """Continuous piecewise-linear (hinge) trend with a knot at ``pivot`` (see module docstring):
+    shiftbench's variant, recipe ``hinge``. The authors' ImageNet-A trend is two independent lines
+    with the pivot model left out (recipe ``taori2020``, :func:`fit_two_line_trend`); the hinge
+    instead fits every ``fit_on`` model, the pivot model included, with one continuous trend.
 
     ``pivot`` is an in-distribution accuracy in percent, or the name of a testbed model whose
     ``x`` accuracy is used - for ImageNet-A, the ResNet-50 it was filtered against
@@ -615,7 +915,83 @@ def fit_piecewise_trend(
         slope_se=float(se[2]), intercept_se=float(se[0]), residual_std=s,
         x=info.get("x"), y=info.get("y"), models=info["models"], fit_on=tuple(info["fit_on"]),
         n_skipped=int(info["n_skipped"]), x_range=(float(xa.min()), float(xa.max())), xs=xs, ys=ys,
-        pivot=pivot, slope_below=float(coef[1]), slope_below_se=float(se[1]))
+        pivot=pivot, slope_below=float(coef[1]), slope_below_se=float(se[1]),
+        recipe="hinge", excluded=_missing_excluded(info))
+
+
+def fit_two_line_trend(
+    testbed: Testbed | None = None,
+    x: str | None = None,
+    y: str | None = None,
+    pivot: float | str | None = None,
+    scale: str = "logit",
+) -> TwoLineTrendFit:
+    """Taori et al.'s ImageNet-A trend (recipe ``taori2020``): two independent least-squares
+    lines in ``scale`` coordinates, split at ``pivot``.
+
+    ``pivot`` is a model of the testbed (ImageNet-A: ``"resnet50"``, the model it was filtered
+    against; its ``x`` accuracy is the pivot, 91.86% on ``val-on-imagenet-a-classes``) or an
+    accuracy in percent. The models are :func:`taori_fit_models`' (STANDARD; no ``aws``,
+    ``batch64``, ``subsample`` in the name; shown in the figure: >= 75% on the ImageNet-A classes;
+    the pivot model left out); the lower line is fitted on those strictly below the pivot, the
+    upper one on those strictly above it, each needing at least 3 models. Effective robustness of
+    a model at or below the pivot is measured against the lower line, above it against the upper
+    (:class:`TwoLineTrendFit`), as the published testbed's ``plotting/paper_imagenet_a.py`` fits
+    and ``plotting/paper_appendix_eff_robust.py`` measures it. The testbed comes first.
+
+    >>> import shiftbench as sb
+    >>> tb = sb.load_testbed("imagenet-reference")
+    >>> fit = fit_two_line_trend(tb, "val-on-imagenet-a-classes", "imagenet-a", pivot="resnet50")
+    >>> fit.below.n_models, fit.above.n_models, round(fit.pivot, 2)
+    (33, 51, 91.86)
+    """
+    check_testbed_first("fit_two_line_trend", testbed, x, y)
+    if testbed is None:
+        raise ConfigError("fit_two_line_trend chooses models by name and type (the authors' recipe): pass the "
+                          "testbed first: fit_two_line_trend(testbed, x, y, pivot)")
+    if pivot is None:
+        raise ConfigError("fit_two_line_trend needs pivot=: a model of the testbed (resnet50 for ImageNet-A) or "
+                          "an accuracy in percent")
+    x, k = x_settings(x, y, testbed)
+    if k > 1:
+        raise ConfigError(f"two lines around a pivot take one x; got {k} x settings")
+    check_scale(scale)
+    x, y = testbed.check_setting(str(x)), testbed.check_setting(str(y))
+    pivot_model = None
+    if isinstance(pivot, str):
+        pivot_model = testbed.check_model(pivot)
+        value = testbed.accuracies.at[pivot_model, x]
+        if not np.isfinite(value):
+            raise DataError(f"pivot model {pivot_model!r} has no accuracy on {x!r}; give the pivot in percent")
+        pivot = float(value)
+    pivot = float(pivot)
+    if not 0 < pivot < 100:
+        raise ConfigError(f"pivot={pivot:g} must be an accuracy in percent, strictly between 0 and 100")
+    kept, excluded = taori_fit_models(testbed, x, y, pivot=pivot, pivot_model=pivot_model)
+    frame, _ = testbed.paired(x, y, kept)
+    lines = []
+    for side, rows in (("below", frame[frame["x_acc"] < pivot]), ("above", frame[frame["x_acc"] > pivot])):
+        if len(rows) < MIN_MODELS or np.ptp(rows["x_acc"].to_numpy()) == 0:
+            raise DataError(f"the taori2020 line {side} the {pivot:.2f}% pivot of {y!r} on {x!r} needs at least "
+                            f"{MIN_MODELS} models with spread in testbed {testbed.name!r}; the authors' selection "
+                            f"gave {len(rows)} ({sum(n for _, n in excluded)} STANDARD models left out: "
+                            + ", ".join(f"{n} {why}" for why, n in excluded) + "); choose recipe 'hinge'")
+        lines.append(_line_fit(rows, x, y, scale))
+    return TwoLineTrendFit(below=lines[0], above=lines[1], pivot=pivot, scale=scale, x=x, y=y,
+                           pivot_model=pivot_model, fit_on=DEFAULT_FIT_ON,
+                           n_skipped=dict(excluded).get(_missing_reason(x, y), 0), excluded=excluded)
+
+
+def _line_fit(rows: pd.DataFrame, x: str, y: str, scale: str) -> TrendFit:
+    """One least-squares line on the ``rows`` of :meth:`Testbed.paired` (a two-line fit's side)."""
+    xs = np.asarray(transform(rows["x_acc"], scale, rows["x_n"]), dtype=float)
+    ys = np.asarray(transform(rows["y_acc"], scale, rows["y_n"]), dtype=float)
+    coef, se, r2, s = _ols(_linear_basis(xs), ys)
+    xa = rows["x_acc"].to_numpy()
+    return TrendFit(slope=float(coef[1]), intercept=float(coef[0]), r2=r2, n_models=len(xs), scale=scale,
+                    slope_se=float(se[1]), intercept_se=float(se[0]), residual_std=s, x=x, y=y,
+                    models=tuple(rows.index), fit_on=DEFAULT_FIT_ON, x_range=(float(xa.min()), float(xa.max())),
+                    xs=xs, ys=ys, recipe="taori2020")
 
 
 def _det(m: np.ndarray) -> np.ndarray:
@@ -665,12 +1041,19 @@ def normal_equations(fit: TrendFit, n_resamples: int, seed: int | None = 0,
     iu = np.triu_indices(p)
     # per model: the upper triangle of phi phi' and phi * y; a resample's sums are counts @ this
     per_model = np.concatenate([phi[:, iu[0]] * phi[:, iu[1]], phi * fit.ys[:, None]], axis=1)
+    # counts are taken ~32k draws at a time: the same draws and sums as one bincount per chunk,
+    # but small buffers, reused, instead of two fresh (chunk x n) arrays per chunk whose page
+    # faults cost more than the counting (bench/coef_ci.py: 100,000 resamples over 87 models)
+    rows = max(1, 32768 // n)
+    offsets = n * np.arange(rows)[:, None]
     for start in range(0, n_resamples, chunk):
         b = min(chunk, n_resamples - start)
         idx = rng.integers(0, n, size=(b, n), dtype=np.int16 if n < 2**15 else np.int64)
-        flat = (idx + n * np.arange(b)[:, None]).ravel()
-        counts = np.bincount(flat, minlength=b * n).reshape(b, n).astype(float)
-        sums = counts @ per_model
+        sums = np.empty((b, per_model.shape[1]))
+        for s in range(0, b, rows):
+            block = idx[s:s + rows]
+            counts = np.bincount((block + offsets[:len(block)]).ravel(), minlength=len(block) * n)
+            np.matmul(counts.reshape(len(block), n), per_model, out=sums[s:s + len(block)])
         gram = np.empty((b, p, p))
         gram[:, iu[0], iu[1]] = sums[:, : len(iu[0])]
         gram[:, iu[1], iu[0]] = sums[:, : len(iu[0])]
@@ -688,6 +1071,9 @@ def bootstrap_coefficients(fit: TrendFit, n_resamples: int = 1000, seed: int | N
     """
     if n_resamples < 1:
         raise ConfigError(f"n_resamples={n_resamples} must be at least 1")
+    if isinstance(fit, TwoLineTrendFit):
+        raise ConfigError("a two-line trend has a set of coefficients per line: bootstrap each line, "
+                          "bootstrap_coefficients(fit.below) and bootstrap_coefficients(fit.above)")
     out = []
     for gram, rhs in normal_equations(fit, n_resamples, seed, chunk):
         coef, ok = _solve_small(gram, rhs)
@@ -744,20 +1130,26 @@ def _row_quantiles(values: np.ndarray, qs: Sequence[float], sample_size: int = 4
 
 
 def bootstrap_band(
-    fit: TrendFit,
+    fit: TrendFit | TwoLineTrendFit,
     *,
     grid: ArrayLike | None = None,
     n_resamples: int = 1000,
     confidence: float = 0.95,
     seed: int | None = 0,
-) -> Band:
+) -> Band | TwoLineBand:
     """Pointwise percentile bootstrap band of ``fit`` (Efron & Tibshirani 1993, §13).
+
+    For a :class:`TwoLineTrendFit` a :class:`TwoLineBand`: each line's band from resampling its own
+    models (the published testbed's ImageNet-A figure does the same, with one seed for both).
 
     ``grid`` is a set of x accuracies in percent (default: 100 points spanning 0.1-99.9%).
     The band at each grid point is the central ``confidence`` interval of the refitted trends'
     predictions there. Vectorised and seeded: the same ``seed`` gives the same band.
     """
     check_confidence(confidence)
+    if isinstance(fit, TwoLineTrendFit):          # each line resampled on its own models, as the authors do
+        kw = dict(grid=grid, n_resamples=n_resamples, confidence=confidence, seed=seed)
+        return TwoLineBand(bootstrap_band(fit.below, **kw), bootstrap_band(fit.above, **kw), fit.pivot)
     if isinstance(fit, MultiTrendFit):
         raise ConfigError(f"a bootstrap band runs along one x axis; the plane over {', '.join(fit.x_labels)} has "
                           "none: use bootstrap_interval(fit, points) or fit.prediction_interval(points)")
@@ -776,7 +1168,7 @@ def bootstrap_band(
 
 
 def bootstrap_interval(
-    fit: TrendFit | MultiTrendFit,
+    fit: TrendFit | MultiTrendFit | TwoLineTrendFit,
     acc_x: ArrayLike | pd.DataFrame,
     *,
     n: ArrayLike | None = None,
@@ -787,8 +1179,15 @@ def bootstrap_interval(
     """Percentile bootstrap interval (percent) of where the fitted line or plane is at the given
     in-distribution accuracies (Efron & Tibshirani 1993, §13): the band of :func:`bootstrap_band`
     evaluated at points instead of along a grid, so it also serves a :class:`MultiTrendFit`
-    (``acc_x`` of shape ``(m, K)`` or a DataFrame). Same ``seed``, same interval."""
+    (``acc_x`` of shape ``(m, K)`` or a DataFrame). Same ``seed``, same interval. For a
+    :class:`TwoLineTrendFit`, each point's interval comes from the line on its side."""
     check_confidence(confidence)
+    if isinstance(fit, TwoLineTrendFit):
+        kw = dict(n=n, n_resamples=n_resamples, confidence=confidence, seed=seed)
+        up = np.asarray(transform(acc_x, fit.scale, n)) > fit.pivot_scaled
+        lo_b, hi_b = bootstrap_interval(fit.below, acc_x, **kw)
+        lo_a, hi_a = bootstrap_interval(fit.above, acc_x, **kw)
+        return np.where(up, lo_a, lo_b), np.where(up, hi_a, hi_b)
     coefs_t = np.ascontiguousarray(bootstrap_coefficients(fit, n_resamples, seed).T)
     if isinstance(fit, MultiTrendFit):
         table, phi = _is_table(acc_x), fit.basis(fit._scaled(acc_x, n))
@@ -800,6 +1199,91 @@ def bootstrap_interval(
         bounds[start:start + 16] = _row_quantiles(phi[start:start + 16] @ coefs_t, [alpha / 2, 1 - alpha / 2])
     lo, hi = inverse(bounds[:, 0], fit.scale), inverse(bounds[:, 1], fit.scale)
     return (lo, hi) if table else (lo[0], hi[0])
+
+
+#: Recht et al. (2019) draw their linear fits' 95% confidence regions from 100,000 bootstrap samples.
+COEF_CI_RESAMPLES = 100_000
+
+
+@dataclass(frozen=True)
+class CoefficientIntervals:
+    """Percentile bootstrap intervals of a fit's coefficients (:func:`coefficient_intervals`), in
+    the fit's scaled coordinates. ``names`` follow :attr:`TrendFit.coef`: ``intercept, slope``
+    (piecewise: ``intercept, slope_below, slope``; a plane: ``intercept`` and its x settings);
+    ``n_kept`` is ``n_resamples`` less the degenerate resamples (a singular design) dropped."""
+
+    names: tuple[str, ...]
+    estimates: tuple[float, ...]
+    lower: tuple[float, ...]
+    upper: tuple[float, ...]
+    confidence: float
+    n_resamples: int
+    n_kept: int
+    seed: int | None
+    scale: str
+
+    def __getitem__(self, name: str) -> tuple[float, float]:
+        """``(lower, upper)`` of the coefficient ``name``."""
+        if name not in self.names:
+            raise ConfigError(f"no coefficient {name!r}; the fit has {', '.join(self.names)}")
+        i = self.names.index(name)
+        return self.lower[i], self.upper[i]
+
+    def to_dict(self) -> dict[str, object]:
+        """JSON-ready: ``{name: [lower, upper], ...}`` and how they were drawn (``fit --coef-ci --json``)."""
+        return {**{n: [float(lo), float(hi)] for n, lo, hi in zip(self.names, self.lower, self.upper)},
+                "confidence": float(self.confidence), "n_resamples": int(self.n_resamples),
+                "n_kept": int(self.n_kept), "seed": self.seed, "method": "percentile bootstrap over models",
+                "scale": self.scale}
+
+
+def coefficient_intervals(
+    fit: TrendFit | MultiTrendFit,
+    *,
+    n_resamples: int = COEF_CI_RESAMPLES,
+    confidence: float = 0.95,
+    seed: int | None = 0,
+) -> CoefficientIntervals:
+    """Percentile bootstrap intervals of the slope and intercept (every coefficient) of ``fit``,
+    as Recht et al. report their linear fits (Recht, Roelofs, Schmidt & Shankar 2019, "Do ImageNet
+    Classifiers Generalize to ImageNet?", ICML: 95% regions from 100,000 bootstrap samples, the
+    default here): the models are resampled with replacement ``n_resamples`` times, each resample is
+    refitted (:func:`bootstrap_coefficients`, the batched normal equations), and the interval of a
+    coefficient is the ``(1 - confidence) / 2`` and ``(1 + confidence) / 2`` quantiles of its
+    refitted values (linear interpolation, ``np.quantile``'s default; Efron & Tibshirani 1993,
+    §13.3). Same ``seed``, same intervals.
+
+    Examples
+    --------
+    >>> fit = fit_trend(x=[60, 65, 70, 75, 80], y=[45, 52, 56, 62, 67], scale="linear")
+    >>> ci = coefficient_intervals(fit, n_resamples=2000)
+    >>> lo, hi = ci["slope"]
+    >>> bool(lo < fit.slope < hi)
+    True
+    """
+    check_confidence(confidence)
+    coefs = bootstrap_coefficients(fit, n_resamples, seed)
+    alpha = 1.0 - confidence
+    lower, upper = np.quantile(coefs, [alpha / 2, 1 - alpha / 2], axis=0)
+    if isinstance(fit, MultiTrendFit):
+        names = ("intercept", *fit.x_labels)
+    else:
+        names = ("intercept", "slope_below", "slope") if isinstance(fit, PiecewiseTrendFit) else ("intercept", "slope")
+    return CoefficientIntervals(
+        names=names, estimates=tuple(float(c) for c in fit.coef), lower=tuple(float(v) for v in lower),
+        upper=tuple(float(v) for v in upper), confidence=confidence, n_resamples=int(n_resamples),
+        n_kept=int(coefs.shape[0]), seed=seed, scale=fit.scale)
+
+
+def fit_note(fit: TrendFit | MultiTrendFit | TwoLineTrendFit) -> str:
+    """One line on which models a fit used and which its recipe left out, per reason, e.g.
+    ``recipe taori2020: 85 models (STANDARD); 2 left out: 1 'aws' in the name, 1 'batch64' in the name``."""
+    text = f"recipe {fit.recipe}: {fit.n_models} models ({', '.join(fit.fit_on) or 'the given points'})"
+    if isinstance(fit, TwoLineTrendFit):
+        at = f"{fit.pivot_model}'s {fit.pivot:.2f}%" if fit.pivot_model else f"{fit.pivot:.2f}%"
+        text += f" in two lines split at {at}: {fit.below.n_models} below, {fit.above.n_models} above"
+    left = "; ".join(f"{n} {why}" for why, n in fit.excluded)
+    return text + (f"; {fit.n_excluded} left out: {left}" if fit.excluded else "; none left out")
 
 
 def as_frame(fit: TrendFit | MultiTrendFit) -> pd.DataFrame:

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from shiftbench.analysis.recipes import DEFAULT_METHOD, DEFAULT_RESAMPLES, METHODS
+from shiftbench.analysis.recipes import DEFAULT_METHOD, DEFAULT_RESAMPLES, METHODS, check_recipe
 from shiftbench.cli_options import JsonOpt, SeedOpt, StoreAddOpt, TestbedOpt, canonical_settings
 from shiftbench.cli_support import Table, out
 from shiftbench.cli_support import clean as _clean
@@ -62,6 +62,7 @@ def informativeness_cmd(
 ) -> None:
     """Rank settings by how much their accuracy adds to ID accuracy for predicting a model's group
     (gain in cross-validated accuracy of a logistic regression; Djolonga et al. 2021, §3)."""
+    check_recipe("informativeness", method, option="--method")      # before loading anything
     from shiftbench.analysis.informativeness import (  # deferred: loads pandas, scipy, scikit-learn
         informativeness_ranking,
         top_informative,

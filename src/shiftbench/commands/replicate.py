@@ -74,7 +74,7 @@ def register(app: typer.Typer) -> None:
             from shiftbench.store import Store  # deferred: loads pyarrow
 
             st = Store(store)
-            st._study_path("replication", study_name)     # a bad --name fails before anything is written
+            st.check_study_name("replication", study_name)  # a bad --name fails before anything is written
         path = rep.write(output, label_space=label_space)
         sidecar = sidecar_of(path)
         figure = None if no_figure else _write_figure(rep, path.with_suffix(".png"))

@@ -14,11 +14,15 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from shiftbench.analysis.recipes import NATURAL_DEFAULT
+from shiftbench.analysis.recipes import (
+    DEFAULTS,
+    NATURAL_DEFAULT,
+    SYNTHETIC_RECIPES,
+    check_recipe,
+)
 from shiftbench.cli_options import JsonOpt, StoreAddOpt, TestbedOpt, canonical_settings
 from shiftbench.cli_support import Table, out
 from shiftbench.cli_support import testbed_from_options as _testbed
-from shiftbench.errors import ConfigError
 
 if TYPE_CHECKING:   # the analysis itself is imported where it runs: a fast `shiftbench --help`
     from shiftbench.analysis.synthetic import SyntheticVsNatural
@@ -56,9 +60,8 @@ def register(app: typer.Typer) -> None:
         testbed: TestbedOpt = None,
         store: StoreAddOpt = None,
         recipe: Annotated[str, typer.Option(
-            "--recipe", help="taori2020 (effective robustness of the average accuracy over ImageNet-C in-memory and "
-            "on-disk, Stylized ImageNet and greyscale; Taori et al. 2020 §4.2) or per-setting (mean of each "
-            "in-memory setting's effective robustness).")] = "taori2020",
+            "--recipe", help="Recipe: " + "; ".join(f"{k}: {v[0]} ({v[1]})" for k, v in SYNTHETIC_RECIPES.items())
+            + ".")] = DEFAULTS["synthetic-vs-natural"],
         natural: Annotated[str, typer.Option("--y", help="The natural shift (its setting).",
                                              callback=canonical_settings)] = NATURAL_DEFAULT,
         x: Annotated[str, typer.Option("--x", help="In-distribution setting.", callback=canonical_settings)] = "val",
@@ -72,14 +75,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Pearson r between effective robustness on synthetic shifts (ImageNet-C average; PGD) and on a
         natural shift (ImageNetV2), over the non-standard models, under a named recipe."""
-        from shiftbench.analysis.synthetic import (  # deferred: loads pandas, scipy.stats
-            RECIPES,
-            recipe_line,
-            synthetic_vs_natural,
-        )
+        check_recipe("synthetic-vs-natural", recipe, option="--recipe")      # before loading anything
+        from shiftbench.analysis.synthetic import recipe_line, synthetic_vs_natural  # deferred: pandas, scipy
 
-        if recipe not in RECIPES:
-            raise ConfigError(f"unknown --recipe {recipe!r}; choose one of {', '.join(RECIPES)}")
         res = synthetic_vs_natural(_testbed(testbed, store), recipe, natural, x=x, fallback=fallback)
         cleaning = cleaning_effect(res)
         if csv is not None:

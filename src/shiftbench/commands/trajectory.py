@@ -1,5 +1,8 @@
 """``shiftbench trajectory``: the fine-tuning trajectories of a results store, checkpoint by
-checkpoint, with their effective robustness and figures (Andreassen et al. 2021)."""
+checkpoint, with their effective robustness and figures (Andreassen et al. 2021); with ``--bins``
+or ``--mix``, the statistics of several runs of one recipe (Andreassen et al. 2022: binned mean
+and s.d. over ID accuracy, maximum over bins, percentage of the gap to y = x, the y = x curve
+and the mixed-classifier baseline)."""
 from __future__ import annotations
 
 import json
@@ -48,9 +51,17 @@ def register(app: typer.Typer) -> None:
         scale: ScaleOpt = "logit",
         output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write figures (PNG/PDF) and a CSV here.")]
         = None,
+        bins: Annotated[Optional[int], typer.Option(
+            "--bins", help="Summarise the runs of each recipe: mean ± s.d. of effective robustness in this many "
+            "equal-width bins of ID accuracy, its maximum over bins, its percentage of the gap to y = x "
+            "(Andreassen et al. 2022). The --name runs must be one recipe.")] = None,
+        mix: Annotated[Optional[str], typer.Option(
+            "--mix", help="MODEL_A,MODEL_B: add the mixed-classifier curve between two testbed models to the "
+            "summary (implies --bins 10).")] = None,
         as_json: JsonOpt = False,
     ) -> None:
-        """Each stored fine-tuning trajectory: per-step accuracies and effective robustness."""
+        """Each stored fine-tuning trajectory: per-step accuracies and effective robustness; with --bins or --mix,
+        the statistics of several runs (seeds) of one recipe."""
 
         import numpy as np  # deferred: loaded when the command runs, not for `--help`
         import pandas as pd  # deferred: loaded when the command runs, not for `--help`
@@ -58,17 +69,24 @@ def register(app: typer.Typer) -> None:
         from shiftbench.analysis.trajectory import (  # deferred: loads pandas
             trajectory_accuracies,
             trajectory_effective_robustness,
-            trajectory_summary,
+            trajectory_endpoints,
         )
         from shiftbench.analysis.trend import fit_trend  # deferred: loads pandas, scipy
         from shiftbench.store import Store  # deferred: loads pyarrow
         from shiftbench.studies.trajectory import Trajectory  # deferred: loads Pillow, loads pyarrow
 
+        from shiftbench.cli_support import check_count  # deferred: loaded when the command runs
+
+        check_count(bins, "--bins")
+        pair = _mix_pair(mix)
         st = Store.existing(store)     # a missing folder, or one that is not a store: one line
         names = name or st.study_names("trajectory")
         if not names:
             raise ConfigError(f"{store}: no trajectories stored; record one with shiftbench.Trajectory(...).evaluate")
         tb = _testbed(testbed, store)
+        if bins is not None or pair is not None:
+            _summaries(st, names, bool(name), tb, x, y, scale, bins, pair, output, as_json)
+            return
         results, fits, notes = {}, {}, []
         for n in names:
             tr = Trajectory.load(st, n)
@@ -104,7 +122,7 @@ def register(app: typer.Typer) -> None:
                                   "" if pd.isna(r.effective_robustness) else f"{r.effective_robustness:+.2f}")
                 out.print(table)
                 if er["effective_robustness"].notna().all():
-                    s = trajectory_summary(er)
+                    s = trajectory_endpoints(er)
                     typer.echo(f"{n}: effective robustness {s['start_er']:+.2f} pp at step {s['start_step']}, peak "
                                f"{s['peak_er']:+.2f} pp at step {s['peak_step']}, {s['end_er']:+.2f} pp at step "
                                f"{s['end_step']}")
@@ -114,6 +132,102 @@ def register(app: typer.Typer) -> None:
             _write(output, tb, results, fits, as_json)
 
     return None
+
+
+def _mix_pair(mix: str | None) -> tuple[str, str] | None:
+    """``--mix MODEL_A,MODEL_B`` as two names (ConfigError otherwise)."""
+    if mix is None:
+        return None
+    parts = [p.strip() for p in mix.split(",")]
+    if len(parts) != 2 or not all(parts):
+        raise ConfigError(f"--mix {mix!r}: give two testbed models joined by a comma, e.g. --mix resnet18,resnet50")
+    return parts[0], parts[1]
+
+
+def _summaries(st, names: list[str], named: bool, tb, x: str | None, y: str | None, scale: str, bins: int | None,
+               pair: tuple[str, str] | None, output: Path | None, as_json: bool) -> None:
+    """``--bins``/``--mix``: one :func:`trajectory_summary` per recipe (the ``--name`` runs: one)."""
+    from shiftbench.analysis.trajectory import DEFAULT_BINS, run_recipe, trajectory_summary  # deferred: loads pandas
+    from shiftbench.cli_support import jsonable  # deferred: loaded when the command runs
+    from shiftbench.studies.trajectory import Trajectory  # deferred: loads Pillow, loads pyarrow
+
+    if tb is None:
+        raise ConfigError("the summary needs a trend: the store has no finished models of its own; pass -t TESTBED")
+    runs = {n: Trajectory.load(st, n) for n in names}
+    groups: dict[str, dict] = {}
+    if named:
+        groups[""] = runs                     # passed as one: trajectory_summary refuses mixed recipes
+    else:
+        for n, r in runs.items():
+            groups.setdefault(run_recipe(n, r)[0], {})[n] = r
+    summaries = []
+    for group in groups.values():
+        first = next(iter(group.values()))
+        tx, ty = x or first.id_setting, y or first._default_y()
+        summaries.append(trajectory_summary(tb, group, tx, ty, scale, bins=bins or DEFAULT_BINS, mix=pair))
+    if as_json:
+        typer.echo(json.dumps(jsonable({"summaries": [s.to_dict() for s in summaries]})))
+    else:
+        for s in summaries:
+            _print_summary(s)
+    if output is not None:
+        _write_summaries(output, tb, summaries, as_json)
+
+
+def _print_summary(s) -> None:
+    """The binned table, the maximum, and the mixed-classifier curve of one recipe."""
+    import pandas as pd  # deferred: loaded when the command runs, not for `--help`
+
+    runs = ", ".join(s.runs["run"])
+    table = Table(f"{s.x} % bin", "checkpoints", "runs", "ER mean (pp)", "ER s.d.", "% of gap", "y = x ER (pp)",
+                  title=f"recipe {s.recipe}: {len(s.runs)} runs ({runs}), {s.y} vs {s.x}")
+    mids = s.bins["x_mid"].to_numpy()
+    no_gap = s.fit.predict(mids)
+    def f(v, fmt):           # -1e-15 shows as +0.00, not -0.00
+        if pd.isna(v):
+            return ""
+        text = format(float(v), fmt)
+        return format(0.0, fmt) if float(text) == 0 else text
+
+    for r, ng in zip(s.bins.itertuples(index=False), mids - no_gap):
+        table.add_row(f"{r.x_low:.1f}-{r.x_high:.1f}", str(r.n_checkpoints), str(r.n_runs), f(r.er_mean, "+.2f"),
+                      f(r.er_sd, ".2f"), f(r.percent_of_gap_mean, "+.1f"), f(ng, "+.2f"))
+    out.print(table)
+    if s.max_er_bin is not None:
+        b = s.bins.loc[s.max_er_bin]
+        typer.echo(f"{s.recipe}: maximum effective robustness over bins {s.max_er:+.2f} pp (±{b['er_sd']:.2f} s.d.) "
+                   f"at {s.x} {b['x_low']:.1f}-{b['x_high']:.1f}%; largest share of the gap to y = x "
+                   f"{s.max_percent_of_gap:+.1f}%")
+    if s.mixed is not None:
+        m = s.mixed
+        mt = Table("alpha", f"{s.x} %", f"{s.y} %", "ER (pp)", "% of gap",
+                   title=f"mixed classifier {m.attrs['low_model']} -> {m.attrs['high_model']}")
+        for r in m.itertuples(index=False):
+            mt.add_row(f"{r.alpha:.2f}", f"{r.x_acc:.2f}", f"{r.y_acc:.2f}", f(r.effective_robustness, "+.2f"),
+                       f(r.percent_of_gap, "+.1f"))
+        out.print(mt)
+
+
+def _write_summaries(output: Path, tb, summaries: list, quiet: bool) -> None:
+    """Per recipe: the statistics figure (PNG/PDF) and the binned table (CSV)."""
+    from shiftbench.report.figures import save_figure_formats  # deferred: loads matplotlib, loads plotly
+    from shiftbench.report.tables import file_slug  # deferred: loads matplotlib, loads plotly
+    from shiftbench.report.trajectory_figures import plot_trajectory_stats  # deferred: loads matplotlib
+
+    output.mkdir(parents=True, exist_ok=True)
+    for s in summaries:
+        stem = output / f"trajectory_stats_{file_slug(s.recipe)}"
+        paths = save_figure_formats(plot_trajectory_stats(tb, s), stem, (".png", ".pdf"))
+        csv = stem.with_name(stem.name + "_bins.csv")
+        s.bins.assign(recipe=s.recipe).to_csv(csv, index=False)
+        paths.append(csv)
+        if s.mixed is not None:
+            mixed = stem.with_name(stem.name + "_mixed.csv")
+            s.mixed.to_csv(mixed, index=False)
+            paths.append(mixed)
+        if not quiet:
+            for p in paths:
+                typer.echo(f"wrote {p}")
 
 
 def _write(output: Path, tb, results: dict, fits: dict, quiet: bool) -> None:

@@ -2,19 +2,29 @@
 group, and do they say more than ID accuracy (Djolonga et al. 2021)?
 
 One call into :func:`shiftbench.analysis.transferability.robustness_transfer_correlation` on a testbed
-that holds ``transfer:<task>`` results beside the robustness settings (``shiftbench transfer``).
+that holds ``transfer:<task>`` results beside the robustness settings (``shiftbench transfer``). The
+task groups are those the transfer runs declared in the store (``--store DIR`` or ``--testbed DIR``),
+unless ``--groups FILE`` overrides them; the output says where they came from (a line under the
+tables; ``tasks`` and ``groups_from`` in every ``--json`` row), and a task left in ``other`` is a
+note on stderr.
 """
 from __future__ import annotations
 
 import json
 import math
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
-from shiftbench.cli_options import JsonOpt, SeedOpt, StoreAddOpt, TestbedOpt, canonical_settings
-from shiftbench.cli_support import Table, check_count, out
+from shiftbench.cli_options import (
+    JsonOpt,
+    SeedOpt,
+    StoreAddOpt,
+    TestbedOpt,
+    canonical_settings,
+)
+from shiftbench.cli_support import Table, check_count, err, out
 from shiftbench.cli_support import testbed_from_options as _testbed
 
 
@@ -28,6 +38,13 @@ def _cell(rho: float, low: float, high: float) -> str:
     return f"{rho:+.2f} [{low:+.2f}, {high:+.2f}]" if math.isfinite(low) else f"{rho:+.2f}"
 
 
+def _group_fields(res: Any, group: str) -> dict[str, Any]:
+    """``tasks`` of a row's group (every task for ``mean``) and ``groups_from``: where their
+    groups came from (``groups``, ``store``, ``vtab`` or ``none``, joined with ``+`` when mixed)."""
+    tasks = [t for t, g in res.task_groups.items() if group == "mean" or g == group]
+    return {"tasks": tasks, "groups_from": "+".join(dict.fromkeys(res.groups_from[t] for t in tasks))}
+
+
 def register(app: typer.Typer) -> None:
     """Add ``transfer-correlation`` to the ``shiftbench`` app."""
 
@@ -38,7 +55,8 @@ def register(app: typer.Typer) -> None:
         testbed: TestbedOpt = None,
         store: StoreAddOpt = None,
         groups: Annotated[Optional[Path], typer.Option(
-            "--groups", help="CSV task,group for your tasks (VTAB's 19 tasks are known).")] = None,
+            "--groups", help="CSV task,group: overrides the groups the transfer runs declared in the store "
+            "(else VTAB's 19 tasks are known; any other task is 'other').")] = None,
         protocol: Annotated[str, typer.Option("--protocol", help="linear or finetune.")] = "linear",
         metric: Annotated[Optional[list[str]], typer.Option(
             "--metric", help="Only these metrics (repeat), e.g. er:uci-digits or acc:corruptions.")] = None,
@@ -55,19 +73,22 @@ def register(app: typer.Typer) -> None:
         tb = _testbed(testbed, store)
         res = robustness_transfer_correlation(tb, x, groups=groups, protocol=protocol, metrics=metric,
                                               n_resamples=n_resamples, seed=seed)
+        for note in res.notes:
+            err.print(f"note: {note}")
         if as_json:
-            print(json.dumps([{k: (v if isinstance(v, str) else _num(v)) for k, v in r.items()}
-                              for r in res.rows.to_dict("records")]))
+            print(json.dumps([{**{k: (v if isinstance(v, str) else _num(v)) for k, v in r.items()},
+                               **_group_fields(res, r["group"])} for r in res.rows.to_dict("records")]))
             return
         groups_seen = list(dict.fromkeys(res.rows["group"]))
-        t = Table("metric", *(f"{g} ρ [95%]" for g in groups_seen), *(f"{g} partial" for g in groups_seen),
-                  "models", title=f"Robustness vs transfer on {tb.name}: Spearman ρ over models "
-                                  f"({n_resamples} bootstrap resamples; partial: given {x} accuracy)")
-        for metric_name, rows in res.rows.groupby("metric", sort=False):
-            by = rows.set_index("group")
-            t.add_row(metric_name, *(_cell(by.at[g, "rho"], by.at[g, "low"], by.at[g, "high"]) for g in groups_seen),
-                      *(_cell(by.at[g, "partial_rho"], by.at[g, "partial_low"], by.at[g, "partial_high"])
-                        for g in groups_seen), str(int(rows["n_models"].max())))
-        out.print(t)
-        for note in res.notes:
-            out.print(f"note: {note}")
+        # two tables with the same rows (raw, then partial): one holding both overflows a terminal
+        for kind, title in (("", (f"Robustness vs transfer on {tb.name}: Spearman ρ over models, 95% interval "
+                                  f"({n_resamples} bootstrap resamples)")),
+                            ("partial_", f"Partial ρ given {x} accuracy (does the metric say more than ID accuracy?)")):
+            t = Table("metric", *(f"{g} {'partial' if kind else 'ρ [95%]'}" for g in groups_seen), "models",
+                      title=title)
+            for metric_name, rows in res.rows.groupby("metric", sort=False):
+                by = rows.set_index("group")
+                t.add_row(metric_name, *(_cell(by.at[g, f"{kind}rho"], by.at[g, f"{kind}low"], by.at[g, f"{kind}high"])
+                                         for g in groups_seen), str(int(rows["n_models"].max())))
+            out.print(t)
+        out.print(res.groups_origin[:1].upper() + res.groups_origin[1:])

@@ -1,7 +1,7 @@
 """Dataset replication: sample a new test set from annotated candidates (Recht et al. 2019).
 
 Recht, Roelofs, Schmidt and Shankar, *Do ImageNet Classifiers Generalize to ImageNet?* (ICML
-2019), §3 and Appendix C. Each candidate image of a class carries a **selection frequency**
+2019), §3 and Appendix D (the ImageNet replication; Appendix C is CIFAR-10's). Each candidate image of a class carries a **selection frequency**
 ``f = n_selected / n_annotators``, the share of MTurk annotators who said the image contains
 the class. Three strategies pick ``k`` images per class (ImageNetV2: ``k = 10``):
 
@@ -106,7 +106,7 @@ def _bin_name(edges: np.ndarray, b: int) -> str:
 def matched_frequency(frequencies: Any, reference_frequencies: Any, images_per_class: int = 10, *,
                       bins: Sequence[float] = BINS, rng: np.random.Generator | int = 0,
                       fallback: str | None = None) -> np.ndarray:
-    """MatchedFrequency for one class (Recht et al. 2019, §3 and Appendix C.3): indices into
+    """MatchedFrequency for one class (Recht et al. 2019, §3 and Appendix D): indices into
     ``frequencies`` of the chosen candidates, ascending.
 
     The target per bin is ``round_histogram(selection_histogram(reference_frequencies), k)``;

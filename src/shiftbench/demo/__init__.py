@@ -1,4 +1,4 @@
-"""The offline digits testbed behind ``make demo``: real MNIST -> UCI digits, a zoo of 44 models
+"""The offline digits testbed behind ``make demo``: real MNIST -> UCI digits, a zoo of 48 models
 with interventions, evaluated end to end through the public engine.
 
 >>> from pathlib import Path

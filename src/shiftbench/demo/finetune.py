@@ -1,11 +1,17 @@
 """Fine-tuning trajectories on the digits testbed (Andreassen et al. 2021, on real offline data).
 
 The same small CNN (``digits-cnn-w8`` by default, :mod:`shiftbench.demo.archs`) is fine-tuned on
-the MNIST training split twice:
+the MNIST training split with two recipes, each run with several seeds (default three, so the
+statistics of :func:`~shiftbench.analysis.trajectory.trajectory_summary` over runs are live):
 
 * ``<arch>-fmnist-pretrained``: first trained on Fashion-MNIST (``n_pretrain`` images,
-  ``pretrain_epochs`` epochs: other real data), then its classifier re-initialised;
+  ``pretrain_epochs`` epochs: other real data, once, shared by every seed), then its classifier
+  re-initialised;
 * ``<arch>-scratch``: from random initialisation.
+
+The run of the first seed keeps the recipe's name; the others are ``<recipe>-seed<k>``, and all
+carry the tag ``recipe:<recipe>``. A seed sets the random initialisation (scratch), the new
+classifier's initialisation and the data order.
 
 Both use the same recipe (Adam, constant ``lr``, batches of ``batch_size``, the same seeded data
 order and the same classifier initialisation), and a :class:`~shiftbench.studies.trajectory.Trajectory`
@@ -215,6 +221,7 @@ def run_finetune_demo(
     batch_size: int = 128,
     limit: int | None = None,
     seed: int = 0,
+    seeds: Sequence[int] | None = None,
     testbed: Any = None,
     console: Any = None,
 ) -> pd.DataFrame:
@@ -232,7 +239,10 @@ def run_finetune_demo(
         Results store for the checkpoints and the trajectory studies (default
         ``<workspace>/store``, the digits testbed's own store, so one ``--store`` shows both).
     arch, epochs, early_steps, lr, batch_size, seed:
-        The network and the fine-tuning recipe (shared by both runs).
+        The network and the fine-tuning recipe (shared by both recipes; ``seed`` also seeds the
+        pre-training).
+    seeds:
+        The seeds each recipe is run with (default ``seed, seed + 1, seed + 2``).
     n_train, n_pretrain, pretrain_epochs:
         MNIST training digits (default all 7,000), Fashion-MNIST images and epochs of pre-training.
     limit:
@@ -243,7 +253,7 @@ def run_finetune_demo(
 
     Returns
     -------
-    DataFrame with ``trajectory, init, step, epoch, x_acc, y_acc, predicted_y_acc,
+    DataFrame with ``trajectory, recipe, seed, init, step, epoch, x_acc, y_acc, predicted_y_acc,
     effective_robustness`` (percent / pp); ``attrs`` holds ``fit`` (or ``note``) and ``seconds``.
     """
     from rich.console import Console  # deferred: registers on import
@@ -259,6 +269,9 @@ def run_finetune_demo(
 
     if epochs < 1 or batch_size < 1 or n_pretrain < 1:
         raise ConfigError(f"epochs={epochs}, batch_size={batch_size} and n_pretrain={n_pretrain} must be at least 1")
+    seeds = (seed, seed + 1, seed + 2) if seeds is None else tuple(int(k) for k in seeds)
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ConfigError(f"seeds={list(seeds)!r}: give one or more different seeds")
     shiftbench.demo.register()
     console = console or Console(stderr=True)
     t0 = time.perf_counter()
@@ -272,8 +285,10 @@ def run_finetune_demo(
         raise DataError(f"Fashion-MNIST not found (in {Path(data_dir) / D.FASHION_DIR} or {D.FASHION_SYSTEM_DIR}); "
                         f"run `{D.FETCH_HINT}` or `apt-get install {D.FASHION_DEB}`")
     short = arch.removeprefix("digits-")
-    runs = {f"{short}-fmnist-pretrained": ("Fashion-MNIST pretrained", "MORE_DATA"),
-            f"{short}-scratch": ("random initialisation", "UNKNOWN")}
+    recipes = {f"{short}-fmnist-pretrained": ("Fashion-MNIST pretrained", "MORE_DATA"),
+               f"{short}-scratch": ("random initialisation", "UNKNOWN")}
+    runs = {(r if k == seeds[0] else f"{r}-seed{k}"): (what, mtype, r, k)
+            for r, (what, mtype) in recipes.items() for k in seeds}
 
     def report(name: str, step: int, epoch: float, rows: pd.DataFrame) -> None:
         acc = dict(zip(rows["setting"], rows["accuracy"]))
@@ -283,12 +298,13 @@ def run_finetune_demo(
     trackers = {}
     with _one_thread():
         init = _pretrained(ws, arch, fashion, pretrain_epochs, lr, seed)
-        for name, (what, mtype) in runs.items():
+        for name, (what, mtype, recipe, k) in runs.items():
             tracker = Trajectory(name, [ID_SETTING, OOD_SETTING], store=store, data_root=ws / "data",
-                                 preprocessing=DIGITS_PREPROCESSING, model_type=mtype, tags=("digits", "finetune"),
-                                 batch_size=500, limit=limit, device="cpu")
+                                 preprocessing=DIGITS_PREPROCESSING, model_type=mtype,
+                                 tags=("digits", "finetune", f"recipe:{recipe}"), batch_size=500, limit=limit,
+                                 device="cpu")
             finetune(name, tracker, init if mtype == "MORE_DATA" else None, train_x, train_y, workspace=ws, arch=arch,
-                     epochs=epochs, early_steps=tuple(early_steps), lr=lr, batch_size=batch_size, seed=seed,
+                     epochs=epochs, early_steps=tuple(early_steps), lr=lr, batch_size=batch_size, seed=k,
                      on_checkpoint=report)
             trackers[name] = tracker
     tb = digits_testbed(store) if testbed is None else testbed
@@ -304,8 +320,8 @@ def run_finetune_demo(
             note = note or f"no effective robustness: no digits testbed in {store}; run `make demo` first"
         else:
             fit = er.attrs["fit"]
-        frames.append(er.assign(trajectory=name, init=runs[name][0]))
-    out = pd.concat(frames, ignore_index=True)[["trajectory", "init", "step", "epoch", "x_acc", "y_acc",
-                                                "predicted_y_acc", "effective_robustness"]]
+        frames.append(er.assign(trajectory=name, recipe=runs[name][2], seed=runs[name][3], init=runs[name][0]))
+    out = pd.concat(frames, ignore_index=True)[["trajectory", "recipe", "seed", "init", "step", "epoch", "x_acc",
+                                                "y_acc", "predicted_y_acc", "effective_robustness"]]
     out.attrs.update(fit=fit, note=note, seconds=time.perf_counter() - t0, store=str(store))
     return out

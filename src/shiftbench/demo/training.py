@@ -6,7 +6,7 @@ A recipe is a plain dict (it is part of the cache key of the model it trains):
 torch (``"framework": "torch"``)
     ``arch`` (an architecture name of :mod:`shiftbench.demo.archs`), ``epochs``, ``n_train``
     (the first ``n_train`` training digits, or all), ``lr`` (Adam), ``batch_size``, ``seed``, and
-    at most one intervention:
+    at most one intervention (``deepaugment`` combines with ``augment``):
 
     * ``augment``: ``"augmix"`` (torchvision's ``v2.AugMix`` with its defaults, Hendrycks et al.
       2020, on a fraction ``p`` of each batch, drawing from torch's RNG seeded by the recipe; the
@@ -14,6 +14,11 @@ torch (``"framework": "torch"``)
       ~6x more per image), ``"noise2net"`` (:class:`shiftbench.shifts.noise2net.Noise2Net`, a fresh random
       Res2Net per image, Hendrycks et al. 2021, on a fraction ``p``), ``"gaussian"`` (additive
       Gaussian noise with sigma ~ U(0, ``sigma``) per image);
+    * ``deepaugment``: ``{"networks", "width", "train_steps", "seed", "p"}``, DeepAugment
+      (Hendrycks et al. 2021, §4): each image of a batch is replaced by its DeepAugment copy
+      (:mod:`shiftbench.demo.deepaugment`, made by :func:`shiftbench.deepaugment`) with probability
+      ``p``, before the ``augment`` above if the recipe has one (DeepAugment + AugMix: AugMix on top
+      of the mix of originals and copies, as the authors train it);
     * ``adversarial``: ``{"norm", "eps", "steps"}``, PGD adversarial training (Madry et al. 2018):
       every batch is replaced by its PGD adversarial examples (random start, step 2.5 eps / steps),
       attacked with the network in eval mode;
@@ -169,10 +174,24 @@ def _attack(recipe: dict[str, Any], model: Any, x: Any, y: Any, g: Any) -> Any:
     return out.detach()
 
 
+def _deepaugmented(x: Any, idx: Any, copies: np.ndarray, p: float, g: Any) -> Any:
+    """``x`` (the images ``idx`` of the training set) with each image replaced by its DeepAugment
+    copy with probability ``p``."""
+    import torch  # deferred: loads torch
+
+    chosen = (torch.rand(len(idx), generator=g) < p).nonzero().flatten()
+    if not len(chosen):
+        return x
+    x = x.clone()
+    x[chosen] = torch.from_numpy(copies[idx[chosen].numpy()]).permute(0, 3, 1, 2).float().div_(255.0)
+    return x
+
+
 def _fit(net: Any, x_uint8: np.ndarray, y: np.ndarray, recipe: dict[str, Any], epochs: float,
-         seed: int, on_step: Any = None) -> None:
+         seed: int, on_step: Any = None, copies: np.ndarray | None = None) -> None:
     """Adam on cross-entropy for ``epochs`` passes (a fractional epoch stops early), with the
-    recipe's augmentation or adversarial training."""
+    recipe's augmentation or adversarial training (``copies``: the DeepAugment copies of
+    ``x_uint8``, ``(N, H, W, 3)`` uint8, for a ``deepaugment`` recipe)."""
     import torch  # deferred: loads torch
     import torch.nn.functional as F  # deferred: loads torch
 
@@ -188,6 +207,10 @@ def _fit(net: Any, x_uint8: np.ndarray, y: np.ndarray, recipe: dict[str, Any], e
     opt = torch.optim.Adam(net.parameters(), lr=float(recipe.get("lr", 1e-3)))
     total = max(1, int(math.ceil(epochs * len(x_all) / bs)))
     augment = _Augmenter(recipe, g)
+    deep = recipe.get("deepaugment")
+    if deep and (copies is None or len(copies) != len(x_all)):
+        raise ConfigError("a deepaugment recipe needs the DeepAugment copies of its training digits "
+                          "(shiftbench.demo.deepaugment.make_copies)")
     # one-cycle schedule, warm-up 20% of the steps (at least 2: OneCycleLR divides by the warm-up
     # length); runs of 1-2 steps keep the constant rate
     sched = (torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=float(recipe.get("lr", 1e-3)) * 3, total_steps=total,
@@ -200,7 +223,10 @@ def _fit(net: Any, x_uint8: np.ndarray, y: np.ndarray, recipe: dict[str, Any], e
             if step >= total:
                 break
             idx = perm[i:i + bs]
-            x, yb = augment(x_all[idx]), y_all[idx]
+            x, yb = x_all[idx], y_all[idx]
+            if deep:
+                x = _deepaugmented(x, idx, copies, float(deep["p"]), g)
+            x = augment(x)
             if recipe.get("adversarial"):
                 x = _attack(recipe, model, x, yb, g)
             loss = F.cross_entropy(model(x.contiguous(memory_format=torch.channels_last)), yb)
@@ -214,8 +240,9 @@ def _fit(net: Any, x_uint8: np.ndarray, y: np.ndarray, recipe: dict[str, Any], e
 
 
 def train_torch(recipe: dict[str, Any], train_x: np.ndarray, train_y: np.ndarray,
-                fashion: tuple[np.ndarray, np.ndarray] | None = None) -> Any:
-    """Train the recipe's network; returns it (eval mode, CPU)."""
+                fashion: tuple[np.ndarray, np.ndarray] | None = None, copies: np.ndarray | None = None) -> Any:
+    """Train the recipe's network; returns it (eval mode, CPU). ``copies``: the DeepAugment copies
+    of ``train_x`` (a ``deepaugment`` recipe)."""
     import torch  # deferred: loads torch
 
     from shiftbench.models.registry import build_arch  # deferred: registers on import
@@ -233,18 +260,22 @@ def train_torch(recipe: dict[str, Any], train_x: np.ndarray, train_y: np.ndarray
         head = net.head if hasattr(net, "head") else net.net[-1]
         head.reset_parameters()
     x, y = _subset(train_x, train_y, recipe.get("n_train"))
-    _fit(net, x, y, recipe, float(recipe["epochs"]), seed)
+    if copies is not None:
+        copies = copies[: len(x)]
+    _fit(net, x, y, recipe, float(recipe["epochs"]), seed, copies=copies)
     return net.eval()
 
 
 def train(recipe: dict[str, Any], train_x: np.ndarray, train_y: np.ndarray,
-          fashion: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[Any, float]:
-    """Train the recipe (either framework); returns (model, seconds)."""
+          fashion: tuple[np.ndarray, np.ndarray] | None = None, copies: np.ndarray | None = None
+          ) -> tuple[Any, float]:
+    """Train the recipe (either framework); returns (model, seconds). ``copies``: the
+    DeepAugment copies of ``train_x`` (a ``deepaugment`` recipe)."""
     start = time.perf_counter()
     if recipe["framework"] == "sklearn":
         model = train_sklearn(recipe, train_x, train_y)
     elif recipe["framework"] == "torch":
-        model = train_torch(recipe, train_x, train_y, fashion)
+        model = train_torch(recipe, train_x, train_y, fashion, copies)
     else:
         raise ConfigError(f"unknown framework {recipe['framework']!r}")
     return model, time.perf_counter() - start

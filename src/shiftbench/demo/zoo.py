@@ -19,7 +19,9 @@ is retrained; a weights file that does not match its JSON is reported as corrupt
 files to delete.
 
 Model types follow Taori et al. (2020): ``STANDARD`` (trained on the MNIST training split,
-no intervention), ``ROBUST_INTV`` (data augmentation: AugMix, Noise2Net, Gaussian noise),
+no intervention), ``ROBUST_INTV`` (data augmentation: AugMix, Noise2Net, Gaussian noise, and
+DeepAugment alone and with AugMix, Hendrycks et al. 2021, trained on the copies of the training
+digits that :mod:`shiftbench.demo.deepaugment` makes with :func:`shiftbench.deepaugment`),
 ``LP_ADV`` (PGD adversarial training) and ``MORE_DATA`` (pretrained on Fashion-MNIST, 15,000
 extra images, twice the MNIST training split, then fine-tuned: "trained on substantially more
 data than the in-distribution training set" is the testbed's definition of that type; the
@@ -94,11 +96,18 @@ def _net(kind: str, size: int, epochs: int, n_train: int | None = None, small: b
     return ZooModel(name, "STANDARD", recipe, tags=("torch", kind), small=small)
 
 
+#: the DeepAugment recipe (shiftbench.demo.deepaugment.SETTINGS, kept here as data: importing that
+#: module is not needed to list the zoo)
+DEEPAUGMENT: dict[str, Any] = {"networks": ["cae", "edsr"], "width": 0.25, "train_steps": 150, "seed": 0, "p": 0.5}
 #: interventions: suffix -> (model type, recipe additions, tags)
 INTERVENTIONS: dict[str, tuple[str, dict[str, Any], tuple[str, ...]]] = {
     "augmix": ("ROBUST_INTV", {"augment": "augmix", "p": 0.3}, ("augmentation", "augmix")),
     "noise2net": ("ROBUST_INTV", {"augment": "noise2net", "p": 0.1}, ("augmentation", "noise2net")),
     "gauss": ("ROBUST_INTV", {"augment": "gaussian", "p": 0.5, "sigma": 0.5}, ("augmentation", "gaussian-noise")),
+    # Hendrycks et al. 2021, §4: the copies of shiftbench.demo.deepaugment, alone and with AugMix on top
+    "deepaugment": ("ROBUST_INTV", {"deepaugment": DEEPAUGMENT}, ("augmentation", "deepaugment")),
+    "deepaugment-augmix": ("ROBUST_INTV", {"deepaugment": DEEPAUGMENT, "augment": "augmix", "p": 0.3},
+                           ("augmentation", "deepaugment", "augmix", "deepaugment+augmix")),
     "pgd": ("LP_ADV", {"adversarial": {"norm": "linf", "eps": 0.1, "steps": 3}}, ("adversarial", "pgd-linf")),
     "fmnist": ("MORE_DATA", {"pretrain": {"data": "fashion-mnist", "n": 15000, "epochs": 1}},
                ("pretrained", "fashion-mnist")),
@@ -112,7 +121,7 @@ def _intervention(base: ZooModel, which: str, small: bool = False) -> ZooModel:
 
 
 def build_zoo() -> list[ZooModel]:
-    """The full zoo (44 models); ``small=True`` marks the 7 of the reduced zoo."""
+    """The full zoo (48 models); ``small=True`` marks the 7 of the reduced zoo."""
     standard = [
         _sk("logreg-c1", "logistic_regression", {"C": 1.0, "max_iter": 200}),
         _sk("logreg-c001-n1000", "logistic_regression", {"C": 0.01, "max_iter": 200}, 1000),
@@ -138,7 +147,9 @@ def build_zoo() -> list[ZooModel]:
     by_name = {m.name: m for m in standard}
     interventions = [_intervention(by_name["cnn-w4-e1"], "gauss", small=True),
                      _intervention(by_name["cnn-w4-e1"], "pgd", small=True)]
-    available = [w for w in INTERVENTIONS if w != "noise2net" or _has("shiftbench.shifts.noise2net")]
+    optional = {"noise2net": "shiftbench.shifts.noise2net", "deepaugment": "shiftbench.datasets.deepaugment",
+                "deepaugment-augmix": "shiftbench.datasets.deepaugment"}
+    available = [w for w in INTERVENTIONS if w not in optional or _has(optional[w])]
     for base in ("cnn-w4-e4", "cnn-w8-e3"):
         interventions += [_intervention(by_name[base], w) for w in available]
     interventions += [_intervention(by_name["cnn-w16-e3"], w) for w in ("gauss", "fmnist")]

@@ -46,6 +46,7 @@ from shiftbench.settings import (
     get_setting,
     shifted_setting,
 )
+from shiftbench.store.fs import is_uri
 from shiftbench.store.store import DEFAULT_STORE, Store
 
 
@@ -66,7 +67,7 @@ class EvalRequest:
     settings: tuple[Setting, ...]
     data_root: Path = Path(".")
     data_dirs: Mapping[str, str] | None = None
-    store: Path | None = Path(DEFAULT_STORE)
+    store: Path | str | None = Path(DEFAULT_STORE)
     batch_size: int = 64
     workers: int = 1
     limit: int | None = None
@@ -91,6 +92,9 @@ class EvalRequest:
     input_size: int | None = None
     #: in-memory datasets (torch data) by content hash: what the ``torch`` settings evaluate
     data: Mapping[str, TorchImageDataset] | None = None
+    #: keyword arguments for the fsspec filesystem of a store URI (``store="s3://bucket/prefix"``):
+    #: endpoint, credentials... where the environment does not say them (:class:`Store`)
+    storage_options: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
 
@@ -143,7 +147,12 @@ class EvalRequest:
         model_list = _models(models, name=name, preprocessing=preprocessing, mean=mean, std=std,
                              input_size=options.get("input_size"), model_type=options.get("model_type"))
         resolved, data = _settings(settings, shifts, data_root)
-        root = store.root if isinstance(store, Store) else None if store is None else Path(store)
+        if isinstance(store, Store):
+            root: Path | str | None = store.root
+            if store.storage_options:
+                options.setdefault("storage_options", store.storage_options)
+        else:
+            root = None if store is None else store if is_uri(store) else Path(store)
         dirs = None if data_dirs is None else {str(k): str(v) for k, v in data_dirs.items()}
         if options.get("memory_limit") is not None:
             options["memory_limit"] = parse_size(options["memory_limit"])
@@ -178,7 +187,7 @@ class EvalRequest:
             from shiftbench.engine.memory_store import MemoryStore  # deferred: loads pyarrow
 
             return MemoryStore()
-        return Store(self.store)
+        return Store(self.store, self.storage_options)
 
 
 # ---------------------------------------------------------------------------- objects in

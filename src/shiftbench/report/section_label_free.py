@@ -125,22 +125,14 @@ def read_setting(store: Store, keys: pd.DataFrame, setting: str, models: Sequenc
     Parquet scan over every part of their keys (``keys``: :func:`result_keys`) - 3 to 10 times
     faster than one read per key on the digits store. When the models' example lists differ or
     some example was not scored, it falls back to ``prediction_matrix`` (which aligns them)."""
-    import pyarrow as pa  # deferred: the store loads pyarrow
-    import pyarrow.compute as pc  # deferred: pyarrow's compute and dataset modules (the store loads pyarrow)
-    import pyarrow.dataset as ds  # deferred: pyarrow's compute and dataset modules (the store loads pyarrow)
+    import pyarrow.compute as pc  # deferred: pyarrow's compute module (the store loads pyarrow)
 
     keys = keys[keys["setting"] == setting].set_index("model")
     wanted = list(models)
-    files = [str(f) for m in wanted for f in sorted((store.root / "predictions" / f"key={keys.loc[m, 'key']}")
-                                                    .glob("part-*.parquet"))]
     cols = ["index", "id", "status", "pred", "correct", "confidence", "entropy"]
-    if not files:
+    table = store.scan_predictions([keys.loc[m, "key"] for m in wanted], cols)   # one scan, local or bucket
+    if table is None:
         return prediction_matrix(store, setting, wanted)
-    data = ds.dataset(files, format="parquet", partition_base_dir=str(store.root / "predictions"),
-                      partitioning=ds.partitioning(pa.schema([("key", pa.string())]), flavor="hive"))
-    if not set(cols) <= set(data.schema.names):
-        return prediction_matrix(store, setting, wanted)
-    table = data.to_table(columns=[*cols, "key"])
     codes = pc.dictionary_encode(table["key"]).combine_chunks()
     key_names = codes.dictionary.to_pylist()
     code = codes.indices.to_numpy(zero_copy_only=False)

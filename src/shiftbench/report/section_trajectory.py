@@ -4,13 +4,25 @@ For each testbed, every trajectory stored in the report's results store (``--sto
 of kind ``trajectory``, written by :class:`shiftbench.studies.trajectory.Trajectory`) whose
 in-distribution and shifted settings are both in the testbed is drawn over the testbed's trend,
 with its checkpoints' effective robustness against step/epoch and a table of the numbers
-(Andreassen et al. 2021). The section is left out when no stored trajectory fits the testbed.
+(Andreassen et al. 2021). Each recipe with two or more runs (seeds; a ``recipe:<name>`` tag or
+``<recipe>-seed<k>`` names) also gets Andreassen et al. 2022's statistics
+(:func:`~shiftbench.analysis.trajectory.trajectory_summary`): effective robustness against ID
+accuracy beside the testbed's models and their intervals, binned mean ± s.d. of the runs, the
+y = x reference and the percentage-of-gap panel, with the bins as a table. The section is left
+out when no stored trajectory fits the testbed.
 """
 from __future__ import annotations
 
 import pandas as pd
 
-from shiftbench.analysis.trajectory import is_checkpoint, trajectory_effective_robustness, trajectory_summary
+from shiftbench.analysis.trajectory import (
+    RECIPE_TAG,
+    is_checkpoint,
+    run_recipe,
+    trajectory_effective_robustness,
+    trajectory_endpoints,
+    trajectory_summary,
+)
 from shiftbench.analysis.trend import fit_trend
 from shiftbench.errors import ShiftbenchError
 from shiftbench.report.sections import (
@@ -26,12 +38,14 @@ from shiftbench.report.sections import (
     section_html,
     small_table,
 )
-from shiftbench.report.tables import trajectory_stem
+from shiftbench.report.tables import file_slug, trajectory_stem
 from shiftbench.report.trajectory_figures import (
     plot_trajectory,
     plot_trajectory_er,
+    plot_trajectory_stats,
     trajectory_er_figure,
     trajectory_figure,
+    trajectory_stats_figure,
 )
 from shiftbench.studies.trajectory import KIND
 
@@ -52,6 +66,9 @@ def stored_trajectories(store) -> dict[str, tuple[pd.DataFrame, str, list[str]]]
         x = meta.get("id_setting") or (settings[0] if settings else None)
         if x is None or not len(frame):
             continue
+        recipe = next((str(t)[len(RECIPE_TAG):] for t in meta.get("tags") or () if str(t).startswith(RECIPE_TAG)), None)
+        if recipe:
+            frame.attrs["recipe"] = recipe
         out[name] = (frame, x, [s for s in settings if s != x])
     return out
 
@@ -109,7 +126,7 @@ class TrajectorySection(Section):
             return head + f'<p class="sb-reason">No trend to compare with: {esc(str(exc).rstrip("."))}.</p>'
         lines = []
         for name, er in ers.items():
-            s = trajectory_summary(er)
+            s = trajectory_endpoints(er)
             lines.append(f"<li><b>{esc(name)}</b> ({s['n_checkpoints']} checkpoints): effective robustness "
                          f"{s['start_er']:+.2f} pp at step {s['start_step']}, peak {s['peak_er']:+.2f} pp at step "
                          f"{s['peak_step']} ({x} {s['peak_x_acc']:.2f}%), {s['end_er']:+.2f} pp at the last step "
@@ -144,7 +161,43 @@ class TrajectorySection(Section):
                              + compact(small_table(shown, {"step": "d", "epoch": ".2f", f"{x} %": ".2f",
                                                            f"{y} %": ".2f", "trend %": ".2f", "ER (pp)": "+.2f"}))
                              + "</details>"))
+        body.extend(self._recipes(ctx, tb, x, y, trajs, fit))
         return "".join(body)
+
+    def _recipes(self, ctx: ReportContext, tb: TestbedReport, x: str, y: str, trajs: dict[str, pd.DataFrame],
+                 fit) -> list[str]:
+        """Andreassen et al. 2022's statistics of every recipe with two or more runs."""
+        groups: dict[str, dict[str, pd.DataFrame]] = {}
+        for name, frame in trajs.items():
+            groups.setdefault(run_recipe(name, frame)[0], {})[name] = frame
+        body = []
+        for recipe, runs in groups.items():
+            if len(runs) < 2:
+                continue
+            s = trajectory_summary(tb.testbed, runs, x, y, fit=fit, recipe=recipe)
+            head = (f"<h5>{esc(recipe)}: {len(runs)} runs, binned on {esc(x)} accuracy</h5>"
+                    f'<p class="sb-note">Andreassen et al. (2022): the runs\' checkpoints pooled in {len(s.bins)} '
+                    "equal-width bins of ID accuracy, mean ± s.d. of effective robustness per bin, beside the "
+                    "testbed's models (95% Clopper-Pearson intervals) and the effective robustness of y = x (a model "
+                    "that loses nothing under the shift); right: the same as a percentage of that gap. Maximum over "
+                    f"bins: <b>{s.max_er:+.2f} pp</b>; largest share of the gap: {s.max_percent_of_gap:+.1f}%.</p>")
+            stem = tb.dir / f"{trajectory_stem(x, y)}_stats_{file_slug(recipe)}"
+            parts = [ctx.plot(trajectory_stats_figure(tb.testbed, s))]
+            if ctx.figure_formats:
+                parts.append(file_row(ctx.static_plot(stem, plot_trajectory_stats, tb.testbed, s)))
+            bins = s.bins[["x_low", "x_high", "n_checkpoints", "n_runs", "er_mean", "er_sd", "percent_of_gap_mean",
+                           "percent_of_gap_sd"]]
+            shown = bins.rename(columns={"x_low": f"{x} % from", "x_high": "to", "n_checkpoints": "checkpoints",
+                                         "n_runs": "runs", "er_mean": "ER mean (pp)", "er_sd": "ER s.d.",
+                                         "percent_of_gap_mean": "% of gap", "percent_of_gap_sd": "% s.d."})
+            parts.append(file_row(ctx.table(bins.assign(recipe=recipe), stem,
+                                            f"Effective robustness during fine-tuning, {recipe}: {y} vs {x}"),
+                                  "<details><summary>The bins</summary>" + compact(small_table(shown, {
+                                      f"{x} % from": ".1f", "to": ".1f", "checkpoints": "d", "runs": "d",
+                                      "ER mean (pp)": "+.2f", "ER s.d.": ".2f", "% of gap": "+.1f",
+                                      "% s.d.": ".1f"})) + "</details>"))
+            body.append(head + "".join(parts))
+        return body
 
 
 __all__ = ["TrajectorySection", "stored_trajectories"]

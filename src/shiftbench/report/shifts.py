@@ -3,8 +3,11 @@
 :data:`NATURAL_SHIFTS` are the natural distribution shifts of Taori et al. (2020), each with the
 in-distribution setting it is compared against: the ImageNet validation set for ImageNetV2 and
 ImageNet-Sketch, the validation set restricted to the shift's classes for ObjectNet,
-ImageNet-R, ImageNet-A and the video anchors, and pm-0 (anchor frames) for pm-10. ImageNet-A
-is fitted piecewise around the ResNet-50 it was filtered against.
+ImageNet-R, ImageNet-A and the video anchors, and pm-0 (anchor frames) for pm-10. Each trend
+follows a named recipe (:func:`~shiftbench.analysis.placement.fit_shift`): ImageNet-A as its
+authors fitted it, two independent lines split at the ResNet-50 it was filtered against
+(``taori2020``); every other shift on the published testbed with the authors' model selection
+(``taori2020``), elsewhere on every STANDARD model (``standard``).
 """
 from __future__ import annotations
 
@@ -35,7 +38,7 @@ from shiftbench.analysis.placement import (
     skipped_without_trend,
 )
 from shiftbench.analysis.robustness import VERDICT_RULE, trend_verdicts
-from shiftbench.analysis.trend import DEFAULT_FIT_ON
+from shiftbench.analysis.trend import DEFAULT_FIT_ON, TwoLineBand, TwoLineTrendFit, fit_note
 from shiftbench.errors import ConfigError, ShiftbenchError, did_you_mean
 from shiftbench.report.cache import CACHE_DIR, SharedCache
 from shiftbench.report.figures import FigureWriter, plot_trend, plot_trend_inputs
@@ -51,8 +54,8 @@ class ShiftAnalysis:
     """Fit, band and effective robustness of one shift, or why it could not be analysed."""
 
     shift: ShiftPair
-    fit: TrendFit | None = None
-    band: Band | None = None
+    fit: TrendFit | TwoLineTrendFit | None = None
+    band: Band | TwoLineBand | None = None
     er: pd.DataFrame | None = None
     error: str | None = None
     figures: list[Path] = field(default_factory=list)
@@ -61,14 +64,16 @@ class ShiftAnalysis:
 def analyse_shift(
     testbed: Testbed, shift: ShiftPair, *, scale: str = "logit",
     fit_on: str | Iterable[str] | None = DEFAULT_FIT_ON, n_resamples: int = 1000, seed: int = 0,
+    recipe: str | None = None,
 ) -> ShiftAnalysis:
-    """Fit the trend (piecewise when the shift has a pivot model in the testbed), its bootstrap
-    band and every model's effective robustness; a failure is recorded, not raised."""
+    """Fit the trend by ``recipe`` (default: :func:`~shiftbench.analysis.placement.default_recipe`,
+    the authors' two lines around a pivot model in the testbed), its bootstrap band and every
+    model's effective robustness; a failure is recorded, not raised."""
     missing = [s for s in (shift.x, shift.y) if s not in testbed.settings]
     if missing:
         return ShiftAnalysis(shift, error=f"testbed {testbed.name!r} has no setting {missing[0]!r}")
     try:
-        fit = fit_shift(testbed, shift, scale, fit_on=fit_on)
+        fit = fit_shift(testbed, shift, scale, fit_on=fit_on, recipe=recipe)
         band = bootstrap_band(fit, n_resamples=n_resamples, seed=seed)
         er = effective_robustness(testbed, shift.x, shift.y, fit=fit, band=band)
     except ShiftbenchError as exc:
@@ -86,19 +91,30 @@ def _fmt_table(frame: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-FITS_COLUMNS = ["shift", "x", "y", "kind", "slope", "intercept", "r2", "n_models", "n_skipped"]
+FITS_COLUMNS = ["shift", "x", "y", "kind", "slope", "intercept", "r2", "n_models", "n_skipped",
+                "recipe", "slope_below", "intercept_below", "n_excluded", "excluded"]
 
 
 def fits_table(results: Sequence[ShiftAnalysis]) -> pd.DataFrame:
-    """One row per analysed shift: the fit's parameters and how many models it used."""
+    """One row per analysed shift: the fit's parameters, how many models it used, its recipe, and
+    how many of the STANDARD models it left out and why (``excluded``: "count reason; ...").
+    ``slope`` and ``intercept`` are the line's; a two-line trend's upper line's, with the lower
+    line's in ``slope_below`` and ``intercept_below``; a hinge's ``slope_below`` is its slope
+    below the knot (its ``intercept`` the trend at the knot)."""
     rows = []
     for r in results:
         if r.fit is None:
             continue
         d = r.fit.to_dict()
+        if isinstance(r.fit, TwoLineTrendFit):
+            d.update(slope=d["above"]["slope"], intercept=d["above"]["intercept"],
+                     slope_below=d["below"]["slope"], intercept_below=d["below"]["intercept"])
         rows.append({"shift": r.shift.label, "x": r.shift.x, "y": r.shift.y, "kind": d["kind"],
                      "slope": d["slope"], "intercept": d["intercept"], "r2": d["r2"],
-                     "n_models": d["n_models"], "n_skipped": d["n_skipped"]})
+                     "n_models": d["n_models"], "n_skipped": d["n_skipped"], "recipe": d["recipe"],
+                     "slope_below": d.get("slope_below", float("nan")),
+                     "intercept_below": d.get("intercept_below", float("nan")),
+                     "n_excluded": d["n_excluded"], "excluded": "; ".join(f"{n} {why}" for why, n in r.fit.excluded)})
     return pd.DataFrame(rows, columns=FITS_COLUMNS)
 
 
@@ -144,8 +160,10 @@ def write_testbed_report(
 
     lines = [f"## {testbed.name}", "", f"{len(testbed)} models, {len(testbed.settings)} settings; "
              f"types: " + ", ".join(f"{k} {v}" for k, v in testbed.model_types.value_counts().items()) + ".", "",
-             f"Trends fitted in {scale} space on the STANDARD models; 95% bootstrap bands from {n_resamples} "
-             f"resamples; effective robustness in percentage points with its interval.", ""]
+             f"Trends fitted in {scale} space on STANDARD models, each by the recipe its row names "
+             "(taori2020: the authors' model selection, and ImageNet-A's two lines; standard: every STANDARD "
+             f"model); 95% bootstrap bands from {n_resamples} resamples; effective robustness in percentage "
+             "points with its interval.", ""]
     if len(fits):
         lines += [_fmt_table(fits), ""]
     lines += at_a_glance(results)
@@ -157,10 +175,7 @@ def write_testbed_report(
         assert res.fit is not None and res.er is not None
         f = res.fit
         ty, tx = ("y", "x") if scale == "linear" else (f"{scale}(y)", f"{scale}(x)")
-        desc = (f"{ty} = {f.slope:.3f} {tx} {f.intercept:+.3f}" if f.kind == "linear" else
-                f"piecewise around {getattr(f, 'pivot'):.2f}%: slope {getattr(f, 'slope_below'):.3f} below, "
-                f"{f.slope:.3f} above")
-        lines += [f"Fit: {desc} (r² {f.r2:.3f}, {f.n_models} models, {f.n_skipped} skipped for empty cells).", "",
+        lines += [f"Fit: {trend_text(f, ty, tx)} (r² {f.r2:.3f}; {fit_note(f)}).", "",
                   f"![{res.shift.label}]({testbed.name}/{res.figures[0].name})", "",
                   f"Most effectively robust models (top {top}):", ""]
         best = most_effectively_robust(res.er, top).reset_index()
@@ -169,6 +184,19 @@ def write_testbed_report(
         lines += [_fmt_table(best), ""]
     lines += correlation_section(results)
     return "\n".join(lines), results
+
+
+def trend_text(f: TrendFit | TwoLineTrendFit, ty: str = "logit(y)", tx: str = "logit(x)") -> str:
+    """The trend in words: its equation(s), and for ImageNet-A's two lines which side is which."""
+    if isinstance(f, TwoLineTrendFit):
+        at = f"{f.pivot_model}'s {f.pivot:.2f}%" if f.pivot_model else f"{f.pivot:.2f}%"
+        lo, hi = f.below, f.above
+        return (f"two independent lines split at {at} (Taori et al. 2020): {ty} = {lo.slope:.3f} {tx} "
+                f"{lo.intercept:+.3f} at or below it, {ty} = {hi.slope:.3f} {tx} {hi.intercept:+.3f} above it")
+    if f.kind == "piecewise":
+        return (f"continuous hinge at {getattr(f, 'pivot'):.2f}% (shiftbench's variant): slope "
+                f"{getattr(f, 'slope_below'):.3f} below, {f.slope:.3f} above")
+    return f"{ty} = {f.slope:.3f} {tx} {f.intercept:+.3f}"
 
 
 def at_a_glance(results: Sequence[ShiftAnalysis], top: int = 10) -> list[str]:

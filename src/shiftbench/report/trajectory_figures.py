@@ -27,7 +27,11 @@ import plotly.graph_objects as go  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from shiftbench.analysis.scaling import inverse, transform  # noqa: E402
-from shiftbench.analysis.trajectory import is_checkpoint  # noqa: E402
+from shiftbench.analysis.trajectory import (  # noqa: E402
+    is_checkpoint,
+    no_gap_effective_robustness,
+    percent_of_gap,
+)
 from shiftbench.analysis.trend import Band, TrendFit, fit_trend  # noqa: E402
 from shiftbench.errors import ConfigError, DataError  # noqa: E402
 from shiftbench.report.figures import _fmt, _ticks, plot_trend  # noqa: E402
@@ -319,3 +323,120 @@ def log_ticks(top: float, shift: float) -> list[float]:
     if len(out) > 8:   # thin to at most 8 ticks, keeping the decades
         out = [0.0] + [v for v in out[1:] if f"{v:e}".startswith("1")]
     return out
+
+
+# ----------------------------------------------------------------------------- several runs of one recipe
+def _stats_layers(testbed: Testbed | None, summary) -> dict[str, pd.DataFrame]:
+    """What both stats figures draw: the testbed's models with their effective robustness and
+    Clopper-Pearson interval against the summary's trend, the binned runs, the y = x curve."""
+    from shiftbench.analysis.robustness import effective_robustness  # deferred: robustness imports plotting helpers
+
+
+    models = pd.DataFrame(columns=["x_acc", "effective_robustness", "er_low", "er_high", "percent_of_gap"])
+    if testbed is not None:
+        tb = _models(testbed)
+        m = effective_robustness(tb, summary.x, summary.y, fit=summary.fit, n_resamples=0)
+        models = m.assign(percent_of_gap=percent_of_gap(m["effective_robustness"],
+                                                        no_gap_effective_robustness(summary.fit, m["x_acc"])))
+    bins = summary.bins[summary.bins["n_checkpoints"] > 0]
+    return {"models": models, "bins": bins, "checkpoints": summary.checkpoints, "no_gap": summary.no_gap}
+
+
+def plot_trajectory_stats(testbed: Testbed | None, summary, *, title: str | None = None) -> Figure:
+    """Andreassen et al. 2022's view of several runs of one recipe (a
+    :class:`~shiftbench.analysis.trajectory.TrajectorySummary`), two panels against ID accuracy:
+
+    * effective robustness (pp): the testbed's models with their 95% Clopper-Pearson intervals
+      (grey), every checkpoint (faint), the binned mean ± s.d. of the runs, the ``y = x`` curve's
+      effective robustness (the most a model can have without gaining under the shift) and,
+      when the summary has one, the mixed-classifier curve;
+    * the same as a percentage of the gap to ``y = x`` (Appendix D): ``y = x`` is 100%.
+    """
+    layers = _stats_layers(testbed, summary)
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4.4), dpi=120)
+    models, bins, cps, ng = layers["models"], layers["bins"], layers["checkpoints"], layers["no_gap"]
+    if len(models):
+        ax.errorbar(models["x_acc"], models["effective_robustness"],
+                    yerr=[models["effective_robustness"] - models["er_low"],
+                          models["er_high"] - models["effective_robustness"]],
+                    fmt="o", ms=3, color="0.6", ecolor="0.8", lw=0.8, label=f"testbed models ({len(models)}, 95% CI)",
+                    zorder=2, gid="models")
+        ax2.plot(models["x_acc"], models["percent_of_gap"], "o", ms=3, color="0.6", zorder=2, label="testbed models")
+    c = _colour(0)
+    ax.plot(cps["x_acc"], cps["effective_robustness"], ".", color=c, alpha=0.3, ms=4, zorder=3,
+            label=f"checkpoints ({len(cps)}, {cps['run'].nunique()} runs)")
+    ax.errorbar(bins["x_acc_mean"], bins["er_mean"], yerr=bins["er_sd"].fillna(0), fmt="-s", color=c, ms=5, lw=1.6,
+                capsize=3, zorder=5, label=f"{summary.recipe}: bin mean ± s.d.", gid="bins")
+    ax2.errorbar(bins["x_acc_mean"], bins["percent_of_gap_mean"], yerr=bins["percent_of_gap_sd"].fillna(0),
+                 fmt="-s", color=c, ms=5, lw=1.6, capsize=3, zorder=5, label=f"{summary.recipe}: bin mean ± s.d.")
+    ax.plot(ng["x_acc"], ng["effective_robustness"], "--", color="0.35", lw=1.1, zorder=4, label="y = x (no gap)",
+            gid="no_gap")
+    ax2.axhline(100, ls="--", color="0.35", lw=1.1, label="y = x (100%)")
+    if summary.mixed is not None:
+        m = summary.mixed
+        label = f"mixed {m.attrs['low_model']} → {m.attrs['high_model']}"
+        ax.plot(m["x_acc"], m["effective_robustness"], "-", color=_colour(1), lw=1.3, zorder=4, label=label,
+                gid="mixed")
+        ax2.plot(m["x_acc"], m["percent_of_gap"], "-", color=_colour(1), lw=1.3, zorder=4, label=label)
+    for a, ylabel in ((ax, "effective robustness (pp)"), (ax2, "% of the gap to y = x")):
+        a.axhline(0, color="black", lw=0.8, zorder=1)
+        a.set_xlabel(f"{summary.x} accuracy (%)")
+        a.set_ylabel(ylabel)
+        a.grid(True, color="0.9", lw=0.6)
+        a.legend(loc="best", fontsize=7, framealpha=0.9)
+    gap = np.concatenate([bins["percent_of_gap_mean"].dropna().to_numpy(), [0.0, 100.0]])
+    ax2.set_ylim(min(-50.0, float(gap.min()) - 10), max(110.0, float(gap.max()) + 10))
+    fig.suptitle(title or f"Effective robustness during fine-tuning on {summary.y}: {summary.recipe} "
+                 f"({len(summary.runs)} runs)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def trajectory_stats_figure(testbed: Testbed | None, summary, *, title: str | None = None) -> go.Figure:
+    """Interactive twin of :func:`plot_trajectory_stats`: the same two panels side by side."""
+    from plotly.subplots import make_subplots  # deferred: only the two-panel figure needs it
+
+    layers = _stats_layers(testbed, summary)
+    models, bins, ng = layers["models"], layers["bins"], layers["no_gap"]
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1,
+                        subplot_titles=("effective robustness (pp)", "% of the gap to y = x"))
+    if len(models):
+        names = [plotly_text(str(n)) for n in models.index]
+        fig.add_trace(go.Scatter(
+            x=_round(models["x_acc"], 2), y=_round(models["effective_robustness"], 2), mode="markers",
+            name=f"testbed models ({len(models)}, 95% CI)", text=names, marker=dict(color="#999", size=6),
+            error_y=dict(type="data", symmetric=False, color="#ccc",
+                         array=_round(models["er_high"] - models["effective_robustness"], 2),
+                         arrayminus=_round(models["effective_robustness"] - models["er_low"], 2)),
+            hovertemplate="%{text}<br>x %{x:.2f}%<br>ER %{y:+.2f} pp<extra></extra>"), row=1, col=1)
+        fig.add_trace(go.Scatter(x=_round(models["x_acc"], 2), y=_round(models["percent_of_gap"], 1), mode="markers",
+                                 text=names, showlegend=False, marker=dict(color="#999", size=6),
+                                 hovertemplate="%{text}<br>x %{x:.2f}%<br>%{y:+.1f}% of the gap<extra></extra>"),
+                      row=1, col=2)
+    c = _colour(0)
+    label = plotly_text(f"{summary.recipe}: bin mean ± s.d. ({len(summary.runs)} runs)")
+    for col, mean, sd in ((1, "er_mean", "er_sd"), (2, "percent_of_gap_mean", "percent_of_gap_sd")):
+        fig.add_trace(go.Scatter(x=_round(bins["x_acc_mean"], 2), y=_round(bins[mean], 2), mode="lines+markers",
+                                 name=label, showlegend=col == 1, legendgroup="bins", line=dict(color=c, width=2),
+                                 marker=dict(symbol="square", size=7),
+                                 error_y=dict(type="data", array=_round(bins[sd].fillna(0), 2), color=c)),
+                      row=1, col=col)
+    fig.add_trace(go.Scatter(x=_round(ng["x_acc"], 2), y=_round(ng["effective_robustness"], 2), mode="lines",
+                             name="y = x (no gap)", legendgroup="nogap", line=dict(color="#555", dash="dash")),
+                  row=1, col=1)
+    fig.add_trace(go.Scatter(x=_round(ng["x_acc"], 2), y=[100.0] * len(ng), mode="lines", showlegend=False,
+                             legendgroup="nogap", line=dict(color="#555", dash="dash")), row=1, col=2)
+    if summary.mixed is not None:
+        m = summary.mixed
+        name = plotly_text(f"mixed {m.attrs['low_model']} → {m.attrs['high_model']}")
+        for col, col_name in ((1, "effective_robustness"), (2, "percent_of_gap")):
+            fig.add_trace(go.Scatter(x=_round(m["x_acc"], 2), y=_round(m[col_name], 2), mode="lines", name=name,
+                                     showlegend=col == 1, legendgroup="mixed", line=dict(color=_colour(1))),
+                          row=1, col=col)
+    for col in (1, 2):
+        fig.add_hline(y=0, line=dict(color="black", width=1), row=1, col=col)
+        fig.update_xaxes(title_text=plotly_text(f"{summary.x} accuracy (%)"), row=1, col=col)
+    fig.update_layout(title=plotly_text(title or f"Effective robustness during fine-tuning on {summary.y}: "
+                                        f"{summary.recipe}"), height=440, template="plotly_white",
+                      legend=dict(orientation="h", y=-0.2))
+    return fig

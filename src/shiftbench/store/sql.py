@@ -31,7 +31,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -75,21 +74,26 @@ _GLOB = set("*?[]{}")
 
 
 def connect(store: Store):  # -> duckdb.DuckDBPyConnection
-    """An in-memory DuckDB connection with the views and tables of ``store`` (module docstring)."""
+    """An in-memory DuckDB connection with the views and tables of ``store`` (module docstring).
+
+    A store in a bucket is read through its fsspec filesystem, registered with the connection
+    (``register_filesystem``); DuckDB's own extensions are neither loaded nor downloaded."""
     import duckdb  # deferred: loads duckdb
 
-    root = store.root.resolve()
-    con = duckdb.connect(":memory:")
+    con = duckdb.connect(":memory:", config={"autoinstall_known_extensions": False,
+                                             "autoload_known_extensions": False})
     try:
-        _parquet_view(con, "predictions", root / "predictions", "key", PREDICTION_TYPES)
-        _parquet_view(con, "logits", root / "logits", "pass", LOGIT_TYPES)
+        if not store.fs.is_local:
+            con.register_filesystem(store.fs.fsspec)
+        _parquet_view(con, "predictions", store, "predictions", "key", PREDICTION_TYPES)
+        _parquet_view(con, "logits", store, "logits", "pass", LOGIT_TYPES)
         history = store.results(history=True)
         current = set(store.results()["key"].astype(str))
         history = history.assign(current=history["key"].astype(str).isin(current))
         _table(con, "results_history", history, RESULT_TYPES, json_col="summary")
         con.execute("CREATE VIEW results AS SELECT * EXCLUDE (current) FROM results_history WHERE current "
                     "ORDER BY model, setting, convention")
-        _table(con, "keys", _records(sorted((root / "keys").glob("*.json")), store, "key"), KEY_TYPES, json_col="record")
+        _table(con, "keys", _records(store.json_records("keys"), "key"), KEY_TYPES, json_col="record")
         _table(con, "runs", store.runs(), RUN_TYPES, json_col="record")
     except BaseException:
         con.close()
@@ -101,18 +105,20 @@ def _sql_text(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _parquet_view(con: Any, name: str, folder: Path, partition: str, types: Mapping[str, str]) -> None:
-    """``name`` over ``folder/<partition>=<value>/part-*.parquet`` (the partition value as text),
-    or an empty view with ``types`` when no part exists yet."""
-    files = sorted(folder.glob(f"{partition}=*/part-*.parquet"))
+def _parquet_view(con: Any, name: str, store: Store, folder: str, partition: str, types: Mapping[str, str]) -> None:
+    """``name`` over ``folder/<partition>=<value>/part-*.parquet`` of ``store`` (the partition
+    value as text), or an empty view with ``types`` when no part exists yet."""
+    files = [f"{folder}/{d}/{n}" for d in store.fs.subdirs(folder) if d.startswith(f"{partition}=")
+             for n in store.fs.glob(f"{folder}/{d}", "part-*.parquet")]
     if not files:
         cols = ", ".join(f"NULL::{t} AS {_ident(c)}" for c, t in types.items())
         con.execute(f"CREATE VIEW {name} AS SELECT {cols} WHERE false")
         return
     # a glob re-read at each query sees parts written later; a folder name with glob characters
     # (or quotes) is matched literally only as a list of files
-    where = (_sql_text(f"{folder.as_posix()}/{partition}=*/part-*.parquet") if not _GLOB & set(folder.as_posix())
-             else "[" + ", ".join(_sql_text(f.as_posix()) for f in files) + "]")
+    base = store.fs.url(folder)
+    where = (_sql_text(f"{base}/{partition}=*/part-*.parquet") if not _GLOB & set(base)
+             else "[" + ", ".join(_sql_text(store.fs.url(f)) for f in files) + "]")
     con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet({where}, hive_partitioning = true, "
                 f"hive_types = {{{_sql_text(partition)}: VARCHAR}}, union_by_name = true)")
 
@@ -121,16 +127,9 @@ def _ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _records(paths: Sequence[Path], store: Store, id_column: str) -> pd.DataFrame:
-    """One row per JSON file (its fields, plus ``id_column`` = the file's stem)."""
-    rows = []
-    for p in paths:
-        try:
-            row = store._read_json(p)
-        except FileNotFoundError:  # removed while listing
-            continue
-        rows.append({**(row if isinstance(row, dict) else {}), id_column: p.stem})
-    return pd.DataFrame(rows)
+def _records(records: Sequence[tuple[str, Any]], id_column: str) -> pd.DataFrame:
+    """One row per JSON file (``(stem, record)``: its fields, plus ``id_column`` = the stem)."""
+    return pd.DataFrame([{**(row if isinstance(row, dict) else {}), id_column: stem} for stem, row in records])
 
 
 def _table(con: Any, name: str, frame: pd.DataFrame, types: Mapping[str, str], json_col: str) -> None:

@@ -52,8 +52,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from shiftbench.errors import ConfigError, StoreError
-from shiftbench.store.files import atomic_write as _atomic_write_bytes
-from shiftbench.store.files import atomic_write_with, file_lock
+from shiftbench.store.fs import StoreFS, is_uri, open_fs
 
 DEFAULT_STORE = "shiftbench-results"
 #: The database file earlier versions kept in a store (views with absolute paths); no longer read
@@ -61,6 +60,12 @@ DEFAULT_STORE = "shiftbench-results"
 DB_NAME = "shiftbench.duckdb"
 #: The folders shiftbench writes into a store: a folder holding none of them is not a store.
 STORE_FOLDERS = ("done", "keys", "predictions", "runs", "studies", "logits")
+#: The file naming the layout's format, written with a store's first file; a store of a later
+#: format (written by a newer shiftbench) is refused in one line instead of misread.
+FORMAT_FILE = "store.json"
+#: The layout this version reads and writes (docs/store.md); a store without :data:`FORMAT_FILE`
+#: was written before it existed, in format 1.
+STORE_FORMAT = 1
 RESULT_COLUMNS = ["model", "setting", "accuracy", "top5", "n_examples", "n_skipped", "convention",
                   "ece", "nll", "brier", "dataset", "key", "finished"]
 
@@ -76,7 +81,7 @@ _JSON_TYPES = {dict: "object", list: "array", str: "string", int: "number", floa
                type(None): "null"}
 
 
-def _quoted(path: Path) -> str:
+def _quoted(path: Path | str) -> str:
     """``path`` as a shell word (quoted where it has spaces or quotes)."""
     return shlex.quote(str(path))
 
@@ -102,229 +107,397 @@ class NotAStoreError(StoreError, ConfigError):
     shiftbench did not write. A :class:`StoreError`, and a :class:`ConfigError` (a wrong option)."""
 
 
-def _atomic_write_parquet(path: Path, table: pa.Table) -> None:
-    atomic_write_with(path, lambda tmp: pq.write_table(table, tmp, compression="zstd"))
+
+def _parquet_bytes(table: pa.Table) -> Any:
+    return lambda target: pq.write_table(table, target, compression="zstd")
 
 
 class Store:
-    """A results store rooted at a directory (created on first use)."""
+    """A results store rooted at a folder or an fsspec URI (created on first write).
 
-    def __init__(self, root: str | Path = DEFAULT_STORE) -> None:
-        self.root = Path(root)
-        if self.root.exists() and not self.root.is_dir():
+    ``root``: a local folder (``Path`` or ``str``), or a URI such as ``s3://bucket/prefix``,
+    ``gs://...``, ``az://...``, ``file:///abs/path`` or ``memory://name``; ``storage_options``:
+    keyword arguments for the URI's fsspec filesystem (``{"endpoint_url": ..., "key": ...,
+    "secret": ...}`` for s3fs), where the environment and config files do not already say them.
+    Every file is read and written through :attr:`fs` (:mod:`shiftbench.store.fs`)."""
+
+    def __init__(self, root: str | Path | Store = DEFAULT_STORE,
+                 storage_options: Mapping[str, Any] | None = None) -> None:
+        if isinstance(root, Store):  # the same store, opened again
+            root, storage_options = root.location, storage_options or root.storage_options
+        self.fs: StoreFS = open_fs(root, storage_options)
+        self.storage_options = dict(storage_options or {})
+        #: the store's folder (a ``Path``) for a local store; its URI (a ``str``) otherwise
+        self.root: Path | str = self.fs.root if self.fs.is_local else self.fs.location
+        self._format_checked = False
+        if self.fs.is_local and self.root.exists() and not self.root.is_dir():  # type: ignore[union-attr]
             raise StoreError(f"{self.root}: is a file, not a results store directory; pass --store DIR")
 
+    @property
+    def location(self) -> str:
+        """Where the store is, as a string: its folder or its URI (what messages show)."""
+        return self.fs.location
+
+    def __repr__(self) -> str:
+        return f"Store({self.location!r})"
+
+    def __getstate__(self) -> dict[str, Any]:  # Ray, multiprocessing: reopened where unpickled
+        return {"location": self.location, "storage_options": self.storage_options}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["location"], state["storage_options"])  # type: ignore[misc]
+
     @classmethod
-    def existing(cls, root: str | Path | Store) -> Store:
+    def existing(cls, root: str | Path | Store, storage_options: Mapping[str, Any] | None = None) -> Store:
         """The store at ``root`` for reading (every command that reads ``--store`` opens it here;
         a :class:`Store` is returned as it is).
 
-        A missing folder, a file, or a folder holding none of :data:`STORE_FOLDERS` (an empty
-        one included) is a one-line :class:`NotAStoreError` naming the path and the fix, where
-        ``Store(root)`` would create a store on first write and read an empty one."""
+        A missing folder (or bucket prefix), a file, or a folder holding none of
+        :data:`STORE_FOLDERS` (an empty one included) is a one-line :class:`NotAStoreError`
+        naming the path and the fix, where ``Store(root)`` would create a store on first write
+        and read an empty one; a store written in a later format is a :class:`StoreError`."""
         if isinstance(root, Store):  # opened by the caller: trusted
             return root
-        path = Path(root)
-        if path.exists() and not path.is_dir():
-            raise NotAStoreError(f"{path}: no results store there (a file, not a folder); point --store at a "
-                                 "folder made by shiftbench eval")
-        if not path.is_dir():
-            raise NotAStoreError(f"{path}: no results store there (no such folder); run `shiftbench eval --store "
-                                 f"{_quoted(path)}` first, or point --store at a folder made by shiftbench eval")
-        store = cls(path)
+        if not is_uri(root):
+            path = Path(root)
+            if path.exists() and not path.is_dir():
+                raise NotAStoreError(f"{path}: no results store there (a file, not a folder); point --store at a "
+                                     "folder made by shiftbench eval")
+            if not path.is_dir():
+                raise NotAStoreError(f"{path}: no results store there (no such folder); run `shiftbench eval "
+                                     f"--store {_quoted(path)}` first, or point --store at a folder made by "
+                                     "shiftbench eval")
+        store = cls(root, storage_options)
+        where = store.location
+        if not store.fs.is_local and not store.fs.isdir(""):
+            if store.fs.isfile(""):
+                raise NotAStoreError(f"{where}: no results store there (an object, not a prefix); point --store "
+                                     "at a prefix made by shiftbench eval")
+            raise NotAStoreError(f"{where}: no results store there (nothing under this prefix, or a missing "
+                                 f"bucket); run `shiftbench eval --store {_quoted(where)}` first, or check the URI")
         if not store.looks_like_store():
-            raise NotAStoreError(f"{path}: not a results store (none of {', '.join(f + '/' for f in STORE_FOLDERS)} "
+            raise NotAStoreError(f"{where}: not a results store (none of {', '.join(f + '/' for f in STORE_FOLDERS)} "
                                  f"in it); point --store at a folder made by shiftbench eval, or run "
-                                 f"`shiftbench eval --store {_quoted(path)}` first")
+                                 f"`shiftbench eval --store {_quoted(where)}` first")
+        store.check_format()
         return store
 
     def looks_like_store(self) -> bool:
         """The root is a folder holding one of the folders shiftbench writes (:data:`STORE_FOLDERS`)."""
-        return self.root.is_dir() and any((self.root / name).is_dir() for name in STORE_FOLDERS)
+        if self.fs.is_local:
+            return self.fs.isdir("") and any(self.fs.isdir(name) for name in STORE_FOLDERS)
+        return bool(set(self.fs.subdirs("")) & set(STORE_FOLDERS))
 
-    # ------------------------------------------------------------------ paths
-    def _key_dir(self, key: str) -> Path:
-        return self.root / "predictions" / f"key={key}"
+    def check_format(self) -> int:
+        """The store's layout format (:data:`FORMAT_FILE`; 1 when absent); a later one than this
+        version's :data:`STORE_FORMAT` is a one-line :class:`StoreError`."""
+        try:
+            meta = json.loads(self.fs.read_bytes(FORMAT_FILE))
+        except FileNotFoundError:
+            return STORE_FORMAT
+        except (ValueError, OSError) as exc:
+            raise StoreError(f"{self._show(FORMAT_FILE)}: unreadable ({' '.join(str(exc).split())}); it should "
+                             f'hold {{"format": {STORE_FORMAT}}}: rewrite it so') from exc
+        fmt = meta.get("format") if isinstance(meta, dict) else None
+        if not isinstance(fmt, int):
+            raise StoreError(f"{self._show(FORMAT_FILE)}: no format number in it; it should hold "
+                             f'{{"format": {STORE_FORMAT}}}: rewrite it so')
+        if fmt > STORE_FORMAT:
+            raise StoreError(f"{self.location}: written by a newer shiftbench (store format {fmt}, "
+                             f"{meta.get('written_by', 'a later version')}); this shiftbench reads format "
+                             f"{STORE_FORMAT}: upgrade it (pip install -U shiftbench)")
+        return fmt
 
-    def _part(self, key: str, chunk: int) -> Path:
-        return self._key_dir(key) / f"part-{chunk:06d}.parquet"
+    def _writing(self) -> None:
+        """Before this object's first write: refuse a store of a later format, and name the format
+        in a new one."""
+        if self._format_checked:
+            return
+        if not self.fs.exists(FORMAT_FILE):
+            from shiftbench.version import __version__  # deferred: the package's version (bottom layer)
 
-    def _logits_part(self, pass_key: str, chunk: int) -> Path:
-        return self.root / "logits" / f"pass={pass_key}" / f"part-{chunk:06d}.parquet"
+            self.fs.write_bytes(FORMAT_FILE, json.dumps({"format": STORE_FORMAT, "written_by":
+                                                         f"shiftbench {__version__}"}).encode())
+        else:
+            self.check_format()
+        self._format_checked = True
+
+    def _show(self, rel: str) -> str:
+        """``rel`` as messages name it: the file's path (a local store), or the URI joined with it."""
+        return str(self.root / rel) if self.fs.is_local else f"{self.location}/{rel}"  # type: ignore[operator]
+
+    # ------------------------------------------------------------------ paths (relative to the root)
+    def _key_dir(self, key: str) -> str:
+        return f"predictions/key={key}"
+
+    def _part(self, key: str, chunk: int) -> str:
+        return f"{self._key_dir(key)}/part-{chunk:06d}.parquet"
+
+    def _logits_part(self, pass_key: str, chunk: int) -> str:
+        return f"logits/pass={pass_key}/part-{chunk:06d}.parquet"
+
+    def _write_json(self, rel: str, obj: Any, **dump: Any) -> None:
+        self._writing()
+        self.fs.write_bytes(rel, json.dumps(obj, default=str, **dump).encode())
+
+    def _write_parquet(self, rel: str, table: pa.Table) -> None:
+        self._writing()
+        self.fs.write_with(rel, _parquet_bytes(table))
+
+    def _read_parquet(self, rel: str, columns: Sequence[str] | None = None) -> pa.Table:
+        if self.fs.is_local:
+            return pq.read_table(self.fs.path(rel), columns=columns)
+        return pq.read_table(pa.BufferReader(self.fs.read_bytes(rel)), columns=columns)
 
     # ------------------------------------------------------------------ keys
     def register(self, key: str, meta: Mapping[str, Any]) -> None:
         """Record what determines ``key`` (idempotent: the first record stays)."""
-        path = self.root / "keys" / f"{key}.json"
-        if not path.exists():
-            _atomic_write_bytes(path, json.dumps(dict(meta), sort_keys=True, default=str, indent=1).encode())
+        rel = f"keys/{key}.json"
+        if not self.fs.exists(rel):
+            self._write_json(rel, dict(meta), sort_keys=True, indent=1)
 
     def key_meta(self, key: str) -> dict[str, Any]:
-        return self._read_json(self.root / "keys" / f"{key}.json")
+        return self._read_json(f"keys/{key}.json")
 
     def update_key_meta(self, key: str, **fields: Any) -> None:
         """Replace some fields of ``key``'s record (e.g. the ``chunk_size`` its parts are numbered
         in, which is not part of the key); hold :meth:`key_lock`."""
-        path = self.root / "keys" / f"{key}.json"
+        rel = f"keys/{key}.json"
         try:
-            meta = self._read_json(path)
+            meta = self._read_json(rel)
         except FileNotFoundError:
             meta = {}
         meta = meta if isinstance(meta, dict) else {}
-        _atomic_write_bytes(path, json.dumps({**meta, **fields}, sort_keys=True, default=str, indent=1).encode())
+        self._write_json(rel, {**meta, **fields}, sort_keys=True, indent=1)
 
-    def key_lock(self, key: str):  # -> filelock.FileLock
-        """An inter-process lock on ``key`` (:func:`~shiftbench.store.files.file_lock`). A run holds
-        it while it forgets the key (``--force``), restarts it under another chunk size, or checks
+    def key_lock(self, key: str) -> Any:  # -> a context manager
+        """An inter-process lock on ``key`` (:func:`~shiftbench.store.files.file_lock`) in a local
+        store; a bucket has no locks, so there it excludes nothing (docs/store.md). A run holds it
+        while it forgets the key (``--force``), restarts it under another chunk size, or checks
         that its parts are complete and marks it finished -- never while it computes -- so a forced
         run cannot remove parts under a run that is reading them to finish the key."""
-        return file_lock(self.root / "locks" / f"{key}.lock")
+        return self.fs.lock(f"locks/{key}.lock")
 
     def is_done(self, key: str) -> bool:
-        return (self.root / "done" / f"{key}.json").exists()
+        return self.fs.exists(f"done/{key}.json")
 
     def read_done(self, key: str) -> dict[str, Any]:
         """The finished result of ``key`` (a :class:`StoreError` naming the file if it is not one)."""
-        return self._read_done(self.root / "done" / f"{key}.json")
+        return self._read_done(f"done/{key}.json")
 
-    def _read_done(self, path: Path) -> dict[str, Any]:
-        """A ``done/<key>.json``, checked: a JSON object naming its model and setting. A folder in
-        its place, an unreadable file or any other JSON is a one-line :class:`StoreError`."""
-        if path.is_dir():
-            raise StoreError(f"{path}: a folder where a finished result (a JSON file) belongs; {_DONE_FIX}")
+    def _read_done(self, rel: str, data: bytes | None = None) -> dict[str, Any]:
+        """A ``done/<key>.json`` (``data``: its bytes, already fetched), checked: a JSON object
+        naming its model and setting. A folder in its place, an unreadable file or any other JSON
+        is a one-line :class:`StoreError`."""
+        if self.fs.is_local and self.fs.isdir(rel):
+            raise StoreError(f"{self._show(rel)}: a folder where a finished result (a JSON file) belongs; {_DONE_FIX}")
         try:
-            row = json.loads(path.read_text(encoding="utf-8"))
+            row = json.loads((self.fs.read_bytes(rel) if data is None else data).decode("utf-8"))
         except FileNotFoundError:
             raise
+        except IsADirectoryError as exc:
+            raise StoreError(f"{self._show(rel)}: a folder where a finished result (a JSON file) belongs; "
+                             f"{_DONE_FIX}") from exc
         except (ValueError, OSError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-            raise StoreError(f"{path}: not a finished result, unreadable ({type(exc).__name__}: "
+            raise StoreError(f"{self._show(rel)}: not a finished result, unreadable ({type(exc).__name__}: "
                              f"{' '.join(str(exc).split())}); {_DONE_FIX}") from exc
         if not isinstance(row, dict) or not all(isinstance(row.get(k), str) for k in ("model", "setting")):
             what = ("an empty JSON object" if row == {} else
                     "a JSON object without model and setting" if isinstance(row, dict) else
                     f"a JSON {_JSON_TYPES.get(type(row), type(row).__name__)}")
-            raise StoreError(f"{path}: not a finished result ({what}, not an object naming its model and "
-                             f"setting); {_DONE_FIX}")
+            raise StoreError(f"{self._show(rel)}: not a finished result ({what}, not an object naming its model "
+                             f"and setting); {_DONE_FIX}")
         return row
+
+    def _part_files(self, key: str) -> list[str]:
+        """The parts of ``key`` (paths relative to the root), in chunk order."""
+        d = self._key_dir(key)
+        return [f"{d}/{n}" for n in self.fs.glob(d, "part-*.parquet")]
+
+    def _part_files_of(self, keys: list[str]) -> dict[str, list[str]]:
+        """:meth:`_part_files` of each of ``keys``; from a bucket, one recursive listing of
+        ``predictions/`` (one request per 1000 objects) instead of one listing per key."""
+        if self.fs.is_local or len(keys) < 2:
+            return {k: self._part_files(k) for k in keys}
+        import fnmatch  # deferred: only a glob needs it
+
+        found: dict[str, list[str]] = {k: [] for k in keys}
+        for rel in sorted(self.fs.walk("predictions")):
+            _, folder, name = (rel.split("/") + ["", ""])[:3]
+            key = folder[len("key="):]
+            if folder.startswith("key=") and key in found and fnmatch.fnmatchcase(name, "part-*.parquet") \
+                    and rel.count("/") == 2:
+                found[key].append(rel)
+        return found
 
     def parts(self, key: str) -> set[int]:
         """Chunks of ``key`` already written."""
-        d = self._key_dir(key)
-        if not d.exists():
-            return set()
-        return {int(p.stem.split("-")[1]) for p in d.glob("part-*.parquet")}
+        return {int(f.rsplit("/", 1)[1].split("-")[1].split(".")[0]) for f in self._part_files(key)}
+
+    def has_predictions(self, key: str) -> bool:
+        """``key`` has per-example parts (a transfer probe's result has none)."""
+        return bool(self._part_files(key))
 
     def write_part(self, key: str, chunk: int, table: pa.Table) -> None:
-        _atomic_write_parquet(self._part(key, chunk), table)
+        self._write_parquet(self._part(key, chunk), table)
+
+    def _part_tables(self, files: Sequence[str], columns: Sequence[str] | None = None) -> list[pa.Table]:
+        """The tables of the parts ``files`` (only ``columns`` and those a part has, when given);
+        from a bucket, fetched concurrently in one batch."""
+        if self.fs.is_local:
+            blobs: Mapping[str, Any] = {f: self.fs.path(f) for f in files}
+        else:
+            blobs = {f: pa.BufferReader(b) for f, b in self.fs.read_many(files).items()}
+        tables = []
+        for f in files:
+            if columns is None:
+                tables.append(pq.read_table(blobs[f]))
+            else:
+                source = blobs[f]
+                names = set(pq.read_schema(source).names)
+                if not self.fs.is_local:
+                    source.seek(0)
+                tables.append(pq.read_table(source, columns=[c for c in columns if c in names]))
+        return tables
 
     def read_predictions(self, key: str, columns: Sequence[str] | None = None) -> pd.DataFrame:
         """All per-example rows of ``key``, in dataset order; ``columns``: only these (those a part
         lacks are left out; Parquet reads just them, which is what makes wide logit-free reads of
         hundreds of keys fast)."""
-        files = sorted(self._key_dir(key).glob("part-*.parquet"))
+        files = self._part_files(key)
         if not files:
             return pd.DataFrame()
         try:
-            if columns is None:
-                tables = [pq.read_table(f) for f in files]
-            else:
-                wanted = list(dict.fromkeys(["index", *columns]))
-                tables = []
-                for f in files:
-                    names = set(pq.read_schema(f).names)
-                    tables.append(pq.read_table(f, columns=[c for c in wanted if c in names]))
-            if len({t.schema for t in tables}) == 1:  # one conversion for the whole key
-                frame = pa.concat_tables(tables).to_pandas()
-            else:
-                frame = pd.concat([t.to_pandas() for t in tables], ignore_index=True)
+            wanted = None if columns is None else list(dict.fromkeys(["index", *columns]))
+            return _frame(self._part_tables(files, wanted))
         except (pa.ArrowInvalid, OSError) as exc:
-            raise StoreError(f"{self._key_dir(key)}: unreadable part ({exc}); rerun with --force for this "
-                             "model and setting") from exc
-        return frame.sort_values("index", kind="stable").reset_index(drop=True)
+            raise StoreError(f"{self._show(self._key_dir(key))}: unreadable part ({exc}); rerun with --force for "
+                             "this model and setting") from exc
+
+    def scan_predictions(self, keys: Sequence[str], columns: Sequence[str]) -> pa.Table | None:
+        """The per-example rows of ``keys`` (``columns`` and ``key``) in one Parquet scan over all
+        their parts, as one Arrow table; ``None`` when none has parts, or when some key's parts
+        lack one of ``columns`` (a store written before the column existed)."""
+        import pyarrow.dataset as ds  # deferred: pyarrow's dataset module (the store loads pyarrow)
+
+        files = self._part_files_of(list(dict.fromkeys(keys)))
+        scan = [f for fs in files.values() for f in fs]
+        if not scan:
+            return None
+        wanted = list(columns)
+        if not self.fs.is_local:  # one concurrent fetch of every part, then the same table
+            tables = []
+            for key, fs in files.items():
+                for t in self._part_tables(fs):
+                    if not set(wanted) <= set(t.schema.names):
+                        return None
+                    tables.append(t.select(wanted).append_column("key", pa.array([key] * len(t), pa.string())))
+            return pa.concat_tables(tables, promote_options="default")
+        if not all(set(wanted) <= set(pq.read_schema(self.fs.path(fs[0])).names) for fs in files.values() if fs):
+            return None
+        # the key is text: an all-digit hex digest must not be read as a number
+        data = ds.dataset([self.fs.path(f) for f in scan], format="parquet",
+                          partition_base_dir=self.fs.path("predictions"),
+                          partitioning=ds.partitioning(pa.schema([("key", pa.string())]), flavor="hive"))
+        if not set(wanted) <= set(data.schema.names):
+            return None
+        return data.to_table(columns=[*wanted, "key"])
 
     def read_predictions_of(self, keys: Sequence[str], columns: Sequence[str]) -> dict[str, pd.DataFrame]:
         """:meth:`read_predictions` of several keys (``columns`` only), read in one Parquet scan
-        over all their parts - on the digits store several times faster than one read per key. Keys
-        whose parts lack one of ``columns`` (a store written before the column existed) and keys
-        without parts are read one at a time, as :meth:`read_predictions` reads them."""
-        import pyarrow.dataset as ds  # deferred: pyarrow's dataset module (the store loads pyarrow)
-
+        over all their parts (:meth:`scan_predictions`) - on the digits store several times faster
+        than one read per key. Keys whose parts lack one of ``columns`` (a store written before
+        the column existed) and keys without parts are read one at a time, as
+        :meth:`read_predictions` reads them."""
         wanted = list(dict.fromkeys(["index", *columns]))
-        files = {k: sorted(self._key_dir(k).glob("part-*.parquet")) for k in dict.fromkeys(keys)}
+        keys = list(dict.fromkeys(keys))
         out: dict[str, pd.DataFrame] = {}
-        scan = [str(f) for fs in files.values() for f in fs]
-        if scan:
-            try:
-                # the key is text: an all-digit hex digest must not be read as a number
-                data = ds.dataset(scan, format="parquet", partition_base_dir=str(self.root / "predictions"),
-                                  partitioning=ds.partitioning(pa.schema([("key", pa.string())]), flavor="hive"))
-                same = all(set(wanted) <= set(pq.read_schema(fs[0]).names) for fs in files.values() if fs)
-                if same and set(wanted) <= set(data.schema.names):
-                    frame = data.to_table(columns=[*wanted, "key"]).to_pandas()
-                    for key, part in frame.groupby("key", sort=False, observed=True):
-                        out[str(key)] = (part.drop(columns="key").sort_values("index", kind="stable")
-                                         .reset_index(drop=True))
-            except (pa.ArrowInvalid, OSError):
-                out = {}  # read one key at a time below, which names the unreadable part
-        return {k: out[k] if k in out else self.read_predictions(k, columns) for k in files}
+        try:
+            table = self.scan_predictions(keys, wanted)
+            if table is not None:
+                frame = table.to_pandas()
+                for key, part in frame.groupby("key", sort=False, observed=True):
+                    out[str(key)] = part.drop(columns="key").sort_values("index", kind="stable").reset_index(drop=True)
+        except (pa.ArrowInvalid, OSError):
+            out = {}  # read one key at a time below, which names the unreadable part
+        return {k: out[k] if k in out else self.read_predictions(k, columns) for k in keys}
 
     def finish(self, key: str, summary: Mapping[str, Any]) -> None:
         """Mark ``key`` finished with its summary (atomic)."""
-        _atomic_write_bytes(self.root / "done" / f"{key}.json",
-                            json.dumps({**summary, "key": key, "finished": time.time()}, default=str).encode())
+        self._write_json(f"done/{key}.json", {**summary, "key": key, "finished": time.time()})
 
     def forget(self, key: str) -> None:
         """Remove a key's parts and result (``--force``; hold :meth:`key_lock`)."""
-        done = self.root / "done" / f"{key}.json"
-        if done.is_dir():
-            raise StoreError(f"{done}: a folder where a finished result (a JSON file) belongs; {_DONE_FIX}")
-        done.unlink(missing_ok=True)
+        rel = f"done/{key}.json"
+        if self.fs.is_local and self.fs.isdir(rel):
+            raise StoreError(f"{self._show(rel)}: a folder where a finished result (a JSON file) belongs; {_DONE_FIX}")
+        self.fs.remove(rel)
         self.forget_parts(key)
 
     def forget_parts(self, key: str) -> None:
         """Remove the parts of an unfinished key (to compute it again from its first chunk)."""
-        for p in self._key_dir(key).glob("part-*.parquet"):
-            p.unlink(missing_ok=True)
+        for f in self._part_files(key):
+            self.fs.remove(f)
 
     # ------------------------------------------------------------------ logits
     def has_logits(self, pass_key: str, chunk: int) -> bool:
-        return self._logits_part(pass_key, chunk).exists()
+        return self.fs.exists(self._logits_part(pass_key, chunk))
 
     def write_logits(self, pass_key: str, chunk: int, table: pa.Table) -> None:
-        _atomic_write_parquet(self._logits_part(pass_key, chunk), table)
+        self._write_parquet(self._logits_part(pass_key, chunk), table)
 
     def read_logits(self, pass_key: str, chunk: int) -> pa.Table:
-        return pq.read_table(self._logits_part(pass_key, chunk))
+        return self._read_parquet(self._logits_part(pass_key, chunk))
+
+    # ------------------------------------------------------------------ features (transfer studies)
+    def read_features(self, name: str) -> bytes | None:
+        """The cached feature file ``features/<name>.npz`` (its bytes), or ``None`` if absent."""
+        try:
+            return self.fs.read_bytes(f"features/{name}.npz")
+        except FileNotFoundError:
+            return None
+
+    def write_features(self, name: str, writer: Any) -> None:
+        """Write ``features/<name>.npz`` (atomically) with ``writer(target)``, where ``target`` is
+        a path or a binary file (e.g. ``lambda f: np.savez(f, ...)``)."""
+        self._writing()
+        self.fs.write_with(f"features/{name}.npz", writer)
 
     # ------------------------------------------------------------------ runs and results
     def record_run(self, meta: Mapping[str, Any]) -> str:
         run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{digest(dict(meta), 6)}"
-        _atomic_write_bytes(self.root / "runs" / f"{run_id}.json",
-                            json.dumps({**meta, "run_id": run_id}, default=str, indent=1).encode())
+        self._write_json(f"runs/{run_id}.json", {**meta, "run_id": run_id}, indent=1)
         return run_id
 
-    def _read_json(self, path: Path) -> dict[str, Any]:
+    def _read_json(self, rel: str | Path) -> dict[str, Any]:
+        """The JSON file ``rel`` (relative to the root; a local store also takes a path under its
+        folder); a missing one is a FileNotFoundError."""
+        if isinstance(rel, Path):
+            rel = (rel.relative_to(self.root) if rel.is_absolute() == Path(self.root).is_absolute()
+                   else rel.resolve().relative_to(Path(self.root).resolve())).as_posix()
         try:
-            return json.loads(path.read_text())
+            return json.loads(self.fs.read_bytes(rel))
         except FileNotFoundError:
             raise
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise StoreError(f"{path}: corrupted ({exc}); delete it and rerun the evaluation") from exc
+            raise StoreError(f"{self._show(rel)}: corrupted ({exc}); delete it and rerun the evaluation") from exc
 
-    def _done_stamp(self) -> tuple[tuple[str, int, int], ...]:
-        """Name, modification time and size of every finished key's file (what :meth:`results` reads)."""
-        try:
-            entries = [e for e in os.scandir(self.root / "done") if e.name.endswith(".json")]
-        except FileNotFoundError:
-            return ()
-        stamp = []
-        for e in entries:
+    def json_records(self, folder: str) -> list[tuple[str, dict[str, Any]]]:
+        """``(stem, record)`` of every ``<folder>/*.json`` (``keys``, ``runs``), sorted by name; a
+        file removed while listing is left out."""
+        out = []
+        for name in self.fs.glob(folder, "*.json"):
             try:
-                st = e.stat()
-            except FileNotFoundError:  # replaced while listing: the next call sees the new file
+                out.append((name[:-len(".json")], self._read_json(f"{folder}/{name}")))
+            except FileNotFoundError:
                 continue
-            stamp.append((e.name, st.st_mtime_ns, st.st_size))
-        return tuple(sorted(stamp))
+        return out
+
+    def _done_stamp(self) -> tuple[tuple[str, int, Any], ...]:
+        """Name, size and modification time (a bucket: ETag) of every finished key's file (what
+        :meth:`results` reads)."""
+        return tuple(sorted((name, size, stamp) for name, size, stamp in self.fs.listdir("done")
+                            if name.endswith(".json")))
 
     def results(self, history: bool = False) -> pd.DataFrame:
         """The current result of each (model, setting, convention) (:func:`current_results`: the
@@ -332,21 +505,25 @@ class Store:
         ``history=True``: every finished key, older results of a re-evaluated model included.
 
         The table is cached on this object and re-read only when a finished key's file was added,
-        replaced or removed (name, modification time and size of each), so a report's sections can
-        each ask for it without re-reading thousands of JSON files. A ``done/*.json`` that is not
-        a finished result is a :class:`StoreError` naming it."""
+        replaced or removed (name, size and modification time or ETag of each), so a report's
+        sections can each ask for it without re-reading thousands of JSON files. A ``done/*.json``
+        that is not a finished result is a :class:`StoreError` naming it."""
         stamp = self._done_stamp()
         cached = getattr(self, "_results_cache", None)
         if cached is None or cached[0] != stamp:
-            frame = self._read_results([self.root / "done" / name for name, _, _ in stamp])
+            frame = self._read_results([f"done/{name}" for name, _, _ in stamp])
             cached = self._results_cache = (stamp, frame, current_results(frame).reset_index(drop=True))
         return cached[1 if history else 2].copy()
 
-    def _read_results(self, paths: list[Path]) -> pd.DataFrame:
+    def _read_results(self, files: list[str]) -> pd.DataFrame:
+        # a bucket: one concurrent fetch of every file (a file forgotten by --force while listing is left out)
+        fetched = None if self.fs.is_local else self.fs.read_many(files)
         rows = []
-        for p in paths:
+        for rel in files:
+            if fetched is not None and rel not in fetched:
+                continue
             try:
-                rows.append(self._read_done(p))
+                rows.append(self._read_done(rel, None if fetched is None else fetched[rel]))
             except FileNotFoundError:  # forgotten (--force) while listing
                 continue
         frame = pd.DataFrame(rows)
@@ -357,45 +534,70 @@ class Store:
         return frame[RESULT_COLUMNS + rest].sort_values(["model", "setting"], kind="stable").reset_index(drop=True)
 
     def runs(self) -> pd.DataFrame:
-        return pd.DataFrame([self._read_json(p) for p in sorted((self.root / "runs").glob("*.json"))])
+        return pd.DataFrame([record for _, record in self.json_records("runs")])
 
     # ------------------------------------------------------------------ studies
-    def _study_path(self, kind: str, name: str) -> Path:
+    def _study_path(self, kind: str, name: str) -> str:
         for what, value in (("study kind", kind), ("study name", name)):
             if not value or "/" in value or value.startswith(".") or "\\" in value:
                 raise StoreError(f"{what} {value!r}: use a plain name without '/' or a leading '.'")
-        return self.root / "studies" / kind / f"{name}.parquet"
+        return f"studies/{kind}/{name}.parquet"
+
+    def check_study_name(self, kind: str, name: str) -> Path | str:
+        """Where study ``name`` of ``kind`` is stored: its file (a local store) or its URI; a name
+        that cannot be one (a ``/``, a leading ``.``) is a :class:`StoreError` - before anything
+        is written."""
+        rel = self._study_path(kind, name)
+        return Path(self._show(rel)) if self.fs.is_local else self._show(rel)
+
+    def has_study(self, kind: str, name: str) -> bool:
+        return self.fs.exists(self._study_path(kind, name))
+
+    def study_lock(self, kind: str, name: str) -> Any:  # -> a context manager
+        """An inter-process lock around a read-modify-write of study ``name`` (a local store; a
+        bucket has no locks, as :meth:`key_lock`)."""
+        self._study_path(kind, name)
+        return self.fs.lock(f"studies/{kind}/.{name}.lock")
 
     def write_study(self, kind: str, name: str, frame: pd.DataFrame,
-                    meta: Mapping[str, Any] | None = None) -> Path:
+                    meta: Mapping[str, Any] | None = None) -> Path | str:
         """Store (replace, atomically) the long-form table ``frame`` of study ``name`` of ``kind``
-        (e.g. ``"trajectory"``, ``"resolution"``, ``"compositing"``) with optional metadata."""
-        path = self._study_path(kind, name)
+        (e.g. ``"trajectory"``, ``"resolution"``, ``"compositing"``) with optional metadata;
+        returns where: the file (a local store) or its URI."""
+        rel = self._study_path(kind, name)
         table = pa.Table.from_pandas(frame.reset_index(drop=True), preserve_index=False)
-        _atomic_write_parquet(path, table)
-        _atomic_write_bytes(path.with_suffix(".json"),
-                            json.dumps({**dict(meta or {}), "kind": kind, "name": name, "written": time.time()},
-                                       sort_keys=True, default=str, indent=1).encode())
-        return path
+        self._write_parquet(rel, table)
+        self._write_json(rel[:-len(".parquet")] + ".json",
+                         {**dict(meta or {}), "kind": kind, "name": name, "written": time.time()},
+                         sort_keys=True, indent=1)
+        return self.check_study_name(kind, name)
 
     def study_names(self, kind: str) -> list[str]:
         """Names of the stored studies of ``kind`` (sorted)."""
-        return sorted(p.stem for p in (self.root / "studies" / kind).glob("*.parquet"))
+        return [n[:-len(".parquet")] for n in self.fs.glob(f"studies/{kind}", "*.parquet")]
 
     def read_study(self, kind: str, name: str) -> pd.DataFrame:
         """One stored study's table (a :class:`StoreError` naming the file if it is missing)."""
-        path = self._study_path(kind, name)
-        if not path.exists():
-            have = ", ".join(self.study_names(kind)) or "none"
-            raise StoreError(f"{path}: no {kind} study named {name!r} in this store (stored: {have})")
+        rel = self._study_path(kind, name)
         try:
-            return pq.read_table(path).to_pandas()
+            return self._read_parquet(rel).to_pandas()
+        except FileNotFoundError:
+            have = ", ".join(self.study_names(kind)) or "none"
+            raise StoreError(f"{self._show(rel)}: no {kind} study named {name!r} in this store (stored: {have})") \
+                from None
         except (pa.ArrowInvalid, OSError) as exc:
-            raise StoreError(f"{path}: unreadable ({exc}); delete it and rerun the study") from exc
+            if not self.fs.exists(rel):
+                have = ", ".join(self.study_names(kind)) or "none"
+                raise StoreError(f"{self._show(rel)}: no {kind} study named {name!r} in this store (stored: "
+                                 f"{have})") from None
+            raise StoreError(f"{self._show(rel)}: unreadable ({exc}); delete it and rerun the study") from exc
 
     def study_meta(self, kind: str, name: str) -> dict[str, Any]:
-        path = self._study_path(kind, name).with_suffix(".json")
-        return self._read_json(path) if path.exists() else {}
+        rel = self._study_path(kind, name)[:-len(".parquet")] + ".json"
+        try:
+            return self._read_json(rel)
+        except FileNotFoundError:
+            return {}
 
     def read_studies(self, kind: str) -> pd.DataFrame:
         """Every stored study of ``kind`` concatenated, with a ``study`` column (empty if none)."""
@@ -411,10 +613,12 @@ class Store:
         Paths are taken from this store's folder when called, so a copied or moved store reads
         its own files; nothing is written to the store (a ``.duckdb`` file in it, from an earlier
         version or the duckdb CLI, is not read); an empty store gives empty tables with the same
-        columns. A folder that does not exist is a :class:`NotAStoreError`."""
-        from shiftbench.store import sql  # deferred: loads duckdb on connect
+        columns. A store in a bucket is read through its fsspec filesystem (registered with
+        DuckDB: no DuckDB extension is loaded or downloaded). A folder that does not exist is a
+        :class:`NotAStoreError`."""
+        from shiftbench.store import sql  # deferred: loads duckdb
 
-        if not self.root.is_dir():
+        if self.fs.is_local and not self.fs.isdir(""):
             raise NotAStoreError(f"{self.root}: no results store there (no such folder); run `shiftbench eval "
                                  f"--store {_quoted(self.root)}` first, or point it at a folder made by shiftbench eval")
         return sql.connect(self)
@@ -436,6 +640,14 @@ class Store:
                 if row.get("model_type") == model_type:
                     continue
                 changed[key] = row.get("model_type")
-                row = {**row, "model_type": model_type}
-                _atomic_write_bytes(self.root / "done" / f"{key}.json", json.dumps(row, default=str).encode())
+                self._write_json(f"done/{key}.json", {**row, "model_type": model_type})
         return changed
+
+
+def _frame(tables: list[pa.Table]) -> pd.DataFrame:
+    """The parts' tables as one frame in dataset order (one conversion when they share a schema)."""
+    if len({t.schema for t in tables}) == 1:
+        frame = pa.concat_tables(tables).to_pandas()
+    else:
+        frame = pd.concat([t.to_pandas() for t in tables], ignore_index=True)
+    return frame.sort_values("index", kind="stable").reset_index(drop=True)

@@ -65,7 +65,7 @@ class ReplicationStudy(Study):
         name = config.name or (Path(config.output).stem if config.output is not None else STUDY_KIND)
         target = as_store(store) if store is not None else None
         if target is not None:
-            target._study_path(STUDY_KIND, name)          # a bad name fails before anything is written
+            target.check_study_name(STUDY_KIND, name)     # a bad name fails before anything is written
         if config.output is not None:
             rep.write(config.output, label_space=config.label_space)
         result = StudyResult(STUDY_KIND, name, rep.to_study(), rep.study_meta(), value=rep)

@@ -49,7 +49,6 @@ from shiftbench.analysis.trajectory import (
 from shiftbench.errors import ConfigError, StoreError
 from shiftbench.models.base import LoadedModel, Preprocessing
 from shiftbench.models.registry import state_dict_sha256
-from shiftbench.store.files import file_lock
 from shiftbench.store.store import DEFAULT_STORE, Store
 from shiftbench.studies.base import Study, StudyResult, register_study
 from shiftbench.testbed import MODEL_TYPES
@@ -171,15 +170,15 @@ class Trajectory:
         self.preprocessing, self.model_type, self.tags = preprocessing, model_type, tuple(tags)
         self.batch_size, self.limit, self.device, self.workers, self.seed = batch_size, limit, device, workers, seed
         self.n_engine_calls = 0
-        meta = self.store.study_meta(KIND, name) if self._path.exists() else {}
+        meta = self.store.study_meta(KIND, name) if self.store.has_study(KIND, name) else {}
         if meta.get("id_setting") not in (None, id_setting):
             raise ConfigError(f"trajectory {name!r} in {self.store.root} was stored with id_setting "
                               f"{meta['id_setting']!r}, not {id_setting!r}; use that or another name")
 
     # ------------------------------------------------------------------ stored table
     @property
-    def _path(self) -> Path:
-        return self.store._study_path(KIND, self.name)
+    def _path(self) -> Path | str:
+        return self.store.check_study_name(KIND, self.name)
 
     @classmethod
     def load(cls, store: str | Path | Store, name: str) -> Trajectory:
@@ -195,7 +194,7 @@ class Trajectory:
     def frame(self) -> pd.DataFrame:
         """The stored rows (``step, epoch, setting, accuracy, n_examples, model, ...``), in step
         order; empty before the first checkpoint."""
-        if not self._path.exists():
+        if not self.store.has_study(KIND, self.name):
             return pd.DataFrame(columns=TRAJECTORY_COLUMNS + EXTRA_COLUMNS)
         return check_trajectory(self.store.read_study(KIND, self.name), f"{self._path}")
 
@@ -264,7 +263,7 @@ class Trajectory:
 
     def _locked(self):
         """An inter-process lock around the read-modify-write of the stored table."""
-        return file_lock(self._path.with_name(f".{self.name}.lock"))
+        return self.store.study_lock(KIND, self.name)
 
     @property
     def config(self) -> TrajectoryConfig:

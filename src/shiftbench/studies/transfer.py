@@ -47,6 +47,7 @@ from __future__ import annotations
 import copy
 import csv
 import dataclasses
+import io
 import math
 import re
 import sys
@@ -63,7 +64,6 @@ import pandas as pd
 from shiftbench.analysis.transfer import PROTOCOLS, task_groups, transfer_setting
 from shiftbench.errors import ConfigError, DataError, ModelError
 from shiftbench.models import LoadedModel, load_model
-from shiftbench.store.files import atomic_write_with
 from shiftbench.store.store import Store, digest
 from shiftbench.studies.base import Study, StudyResult, as_store, register_study, stored_study_name
 from shiftbench.version import __version__
@@ -378,20 +378,23 @@ def _cached_features(store: Store, loaded: LoadedModel, dataset: Any, setting: s
     key = digest({"model": loaded.name, "weights": loaded.fingerprint, "preprocessing": loaded.preprocessing.to_dict(),
                   "setting": setting, "dataset": dataset.name, "ids": digest([dataset.ids[i] for i in indices]),
                   "features": config.features or "penultimate", "version": ".".join(__version__.split(".")[:2])})
-    path = store.root / "features" / f"{key}.npz"
-    if path.exists() and not config.force:
+    cached = None if config.force else store.read_features(key)
+    if cached is not None:
         try:
-            with np.load(path) as z:
+            with np.load(io.BytesIO(cached)) as z:
                 return z["features"], z["positions"], [str(e) for e in z["errors"]]
         except (OSError, ValueError, KeyError):
             pass  # an unreadable cache file is recomputed and replaced
     feats, pos, errors = extract_features(loaded, dataset, indices, batch_size=config.batch_size, device=device,
                                           workers=config.workers, layer=config.features)
 
-    def write(tmp: Path) -> None:
-        with open(tmp, "wb") as fh:
-            np.savez(fh, features=feats, positions=pos, errors=np.array(errors, dtype=str))
-    atomic_write_with(path, write)
+    def write(target: Any) -> None:  # a temporary path (a local store) or a buffer (a bucket)
+        if isinstance(target, (str, Path)):
+            with open(target, "wb") as fh:
+                np.savez(fh, features=feats, positions=pos, errors=np.array(errors, dtype=str))
+        else:
+            np.savez(target, features=feats, positions=pos, errors=np.array(errors, dtype=str))
+    store.write_features(key, write)
     return feats, pos, errors
 
 
@@ -538,7 +541,7 @@ def _load_task_data(task: TransferTask, config: TransferConfig):
 
 
 def _done_row(store: Store, key: str) -> dict[str, Any]:
-    return store._read_json(store.root / "done" / f"{key}.json")
+    return store._read_json(f"done/{key}.json")
 
 
 def transfer_task(model: str | LoadedModel, task: TransferTask, config: TransferConfig,
@@ -744,7 +747,7 @@ def _ray_rows(configs: Sequence[TransferConfig], tasks: Sequence[TransferTask], 
                  configure_logging=False)
     try:
         remote = ray.remote(num_cpus=1, max_retries=3)(transfer_task)
-        refs = [[remote.remote(c.model, t, dataclasses.replace(c, progress=False), str(store.root)) for t in tasks]
+        refs = [[remote.remote(c.model, t, dataclasses.replace(c, progress=False), store) for t in tasks]
                 for c in configs]
         return [ray.get(r) for r in refs]
     finally:

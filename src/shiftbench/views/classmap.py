@@ -4,8 +4,12 @@ A model trained on one label space (the *source*: ImageNet-1k) is scored on a da
 (the *target*: CIFAR-10) through a class map: each target class lists the source classes that
 count as it (``automobile <- sports car, convertible, cab, ...``); a source class may feed
 several target classes. Maps are data files a user supplies (CSV ``source,target`` rows or JSON
-``{target: [sources, ...]}``), validated against the model's and the dataset's class names; one
-ships with the package (``imagenet-to-cifar10``, see ``shiftbench/data/classmaps/README.md``).
+``{target: [sources, ...]}``), validated against the model's and the dataset's class names. Two
+ImageNet-1k -> CIFAR-10 maps ship with the package (``shiftbench/data/classmaps/README.md``):
+``imagenet-to-cifar10``, shiftbench's own (222 ImageNet classes, from the ImageNet-Vid-Robust
+superclasses plus frogs, trucks and three antelopes for deer), and ``imagenet-to-cifar10-cinic``,
+CINIC-10's synset assignment (Darlow et al. 2018, "CINIC-10 is not ImageNet or CIFAR-10"; 142
+ImageNet classes), the one Andreassen et al. 2022 use.
 
 As a setting: ``<setting>@classmap:<shipped name or file>``, e.g.
 ``cifar10@classmap:imagenet-to-cifar10`` or ``folder:/data/x@classmap:/maps/m.csv``; the
@@ -36,8 +40,10 @@ from shiftbench.views._keyed import ProjectedView
 
 CLASSMAP_DIR = Path(__file__).parent.parent / "data" / "classmaps"
 
-#: Class maps shipped as package data: setting spelling -> file in ``shiftbench/data/classmaps``.
-SHIPPED_CLASS_MAPS = {"imagenet-to-cifar10": "imagenet_to_cifar10.csv"}
+#: Class maps shipped as package data: setting spelling -> file in ``shiftbench/data/classmaps``
+#: (where each comes from: the README there).
+SHIPPED_CLASS_MAPS = {"imagenet-to-cifar10": "imagenet_to_cifar10.csv",
+                      "imagenet-to-cifar10-cinic": "imagenet_to_cifar10_cinic.csv"}
 
 #: How many unknown names an error message spells out before "and N more".
 _SHOW = 5
@@ -171,7 +177,8 @@ class ClassMapView(ProjectedView):
 
 # --------------------------------------------------------------------------- files
 def class_map_path(ref: str | Path) -> Path:
-    """A shipped map's file (``imagenet-to-cifar10``) or the user's file ``ref``, which must exist."""
+    """A shipped map's file (``imagenet-to-cifar10``, ``imagenet-to-cifar10-cinic``) or the user's
+    file ``ref``, which must exist."""
     text = str(ref)
     if text in SHIPPED_CLASS_MAPS:
         return CLASSMAP_DIR / SHIPPED_CLASS_MAPS[text]
