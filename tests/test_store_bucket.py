@@ -7,13 +7,11 @@ wrong, a one-line error.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import signal
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pandas as pd
@@ -31,55 +29,17 @@ FIXTURES = Path(__file__).parent / "fixtures"
 sys.path.insert(0, str(FIXTURES))
 sys.path.insert(0, str(Path(__file__).parent))
 from clirun import run_main  # noqa: E402 - tests/ helper
-from oracle_models import colour_of  # noqa: E402
+from oracle_models import colour_of, folder_dataset  # noqa: E402
 from report_testbed import V2, tiny_testbed  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIFTBENCH = str(ROOT / ".venv" / "bin" / "shiftbench")
 ORACLE7 = "python:oracle_models:oracle7"
-CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+SLOW_TWINS = ["python:oracle_models:slow_oracle7", "python:oracle_models:slow_oracle7_twin"]
 
 
 # ---------------------------------------------------------------------------- the server
-@pytest.fixture(scope="module")
-def endpoint():
-    """An S3-compatible server on localhost (moto), and the environment every client reads:
-    AWS_ENDPOINT_URL and test credentials (restored afterwards)."""
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)      # no request log on stderr
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    url = f"http://{host}:{port}"
-    saved = {k: os.environ.get(k) for k in [*CREDENTIALS, "AWS_ENDPOINT_URL"]}
-    os.environ.update(CREDENTIALS, AWS_ENDPOINT_URL=url)
-    _fresh_clients()
-    try:
-        yield url
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        _fresh_clients()
-        server.stop()
-
-
-def _fresh_clients() -> None:
-    """Forget fsspec's cached S3 clients (they keep the credentials they were made with)."""
-    import s3fs
-
-    s3fs.S3FileSystem.clear_instance_cache()
-
-
-@pytest.fixture
-def bucket(endpoint) -> str:
-    """A new empty bucket; its name."""
-    import s3fs
-
-    name = f"sb-{uuid.uuid4().hex[:12]}"
-    s3fs.S3FileSystem(skip_instance_cache=True).mkdir(name)
-    return name
+from s3server import CREDENTIALS, _fresh_clients, bucket, endpoint  # noqa: E402,F401 - fixtures: moto's S3 server, a new bucket
 
 
 def folder(root: Path, n: int, wrong_every: int = 0) -> Path:
@@ -226,6 +186,36 @@ def test_sync_copies_a_store_out_of_the_bucket_and_back_resuming_and_verifying(b
     code, out, err = run_main(monkeypatch, capsys, "store", "sync", uri, str(tmp_path / "a"))
     assert code != 0 and err.strip().startswith("error: ") and "not a results store" in err
     assert len(err.strip().splitlines()) == 1
+
+
+# ---------------------------------------------------------------------------- two writers at once
+def test_two_eval_processes_writing_the_same_keys_to_one_bucket_store_leave_no_duplicates(bucket, tmp_path):
+    settings = [f"folder:{folder_dataset(tmp_path / f'data{k}', 28, k)}" for k in range(2)]
+    uri = f"s3://{bucket}/shared"
+
+    def cmd(store: str) -> list[str]:
+        return [SHIFTBENCH, "eval", *[a for m in SLOW_TWINS for a in ("--model", m)],
+                *[a for s in settings for a in ("--setting", s)], "--store", store,
+                "--batch-size", "4", "--chunk-size", "4", "--workers", "0", "--device", "cpu"]
+
+    local = subprocess.run(cmd(str(tmp_path / "local")), env={**env(), "ORACLE_DELAY": "0"},
+                           capture_output=True, text=True, timeout=300)
+    assert local.returncode == 0, local.stderr
+    procs = [subprocess.Popen(cmd(uri), env={**env(), "ORACLE_DELAY": "0.05"}, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err for _, err in outs]
+
+    pd.testing.assert_frame_equal(stable(Store.existing(uri).results()), stable(Store(tmp_path / "local").results()))
+    pd.testing.assert_frame_equal(rows(uri), rows(tmp_path / "local"))
+    con = Store(uri).connect()
+    assert con.execute("SELECT count(*), count(DISTINCT (key, index)) FROM predictions").fetchone() == (4 * 28,) * 2
+    runs = Store(uri).runs()
+    assert len(runs) == 2 * 2                                # each process recorded both models' passes
+    runs["pid"] = runs["run_id"].str.split("-").str[1]     # run ids are <time>-<pid>-<digest>
+    spans = runs.groupby("pid").agg(started=("started", "min"), finished=("finished", "max"))
+    first, second = spans.sort_values("started").itertuples()
+    assert second.started < first.finished, "the two processes did not overlap"
 
 
 # ---------------------------------------------------------------------------- kill -9

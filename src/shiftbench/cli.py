@@ -526,7 +526,7 @@ def eval_cmd(
     limit: Annotated[Optional[int], typer.Option("--limit", help="Only the first N examples of each dataset.")] = None,
     keep_logits: Annotated[bool, typer.Option("--keep-logits", help="Also store float16 logits.")] = False,
     store: StoreOpt = DEFAULT_STORE,
-    executor: Annotated[str, typer.Option("--executor", help="local or ray.")] = "local",
+    executor: Annotated[str, typer.Option("--executor", help="local, or ray: a Ray cluster (--store then a bucket URI, or a folder every node mounts).")] = "local",
     address: Annotated[Optional[str], typer.Option("--address", help="Ray cluster address (with --executor ray).")] = None,
     convention: Annotated[str, typer.Option("--convention", help="Class-subset scoring: restricted (published) "
                                              "or argmax-all.")] = "restricted",

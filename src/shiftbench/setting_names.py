@@ -42,6 +42,27 @@ def split_query(path: str) -> tuple[str, list[tuple[str, str]]]:
     return head, [(k, v) for k, _, v in pairs]
 
 
+def is_data_uri(path: object) -> bool:
+    """``path`` names data by a URI (``s3://bucket/prefix``, ``gs://...``, ``memory://...``; not
+    ``file://``, which names a local path: :func:`local_uri_path`) rather than a local path."""
+    return isinstance(path, str) and "://" in path and not path.startswith("\\\\") and \
+        path.split("://", 1)[0].lower() != "file"
+
+
+def local_uri_path(path: str | Path) -> str | Path:
+    """The local path a ``file://`` URI names (``file:///data/x`` -> ``/data/x``); anything else unchanged."""
+    if isinstance(path, str) and path.split("://", 1)[0].lower() == "file" and "://" in path:
+        return path.split("://", 1)[1] or "/"
+    return path
+
+
+def canonical_uri(uri: str) -> str:
+    """A data URI as one spelling: the scheme in lower case, no trailing ``/``
+    (``S3://b/p/`` and ``s3://b/p`` are one folder)."""
+    scheme, _, rest = uri.partition("://")
+    return f"{scheme.lower()}://{rest.rstrip('/')}"
+
+
 def resolve_user_path(path: str | Path, data_root: str | Path = ".") -> Path:
     """A user-given path: as is if absolute or existing relative to the working directory,
     else relative to ``data_root`` if it exists there (how a ``folder:`` dataset is found)."""
@@ -60,13 +81,16 @@ def setting_alias(name: str) -> str:
 
 def canonical_setting_name(name: str, data_root: str | Path = ".") -> str:
     """``name`` with the path of a ``folder:`` setting made canonical: the folder the dataset
-    will be read from (:func:`resolve_user_path`), absolute, symlinks resolved; other names
-    unchanged. Nothing is read but the file system's names.
+    will be read from (:func:`resolve_user_path`), absolute, symlinks resolved; a bucket's folder
+    (``folder:s3://bucket/prefix``) keeps its URI (:func:`canonical_uri`), and ``file://`` names the
+    local folder; other names unchanged. Nothing is read but the file system's names.
 
     >>> canonical_setting_name("val")
     'val'
     >>> canonical_setting_name("folder:/no/such/./photos/?classes=imagenet-1k+fog.3")
     'folder:/no/such/photos?classes=imagenet-1k+fog.3'
+    >>> canonical_setting_name("folder:s3://lab/images/+fog.3")
+    'folder:s3://lab/images+fog.3'
     """
     if "@classmap:" in name and "+" not in name.rpartition("@classmap:")[2]:
         base, _, ref = name.rpartition("@classmap:")
@@ -78,5 +102,7 @@ def canonical_setting_name(name: str, data_root: str | Path = ".") -> str:
     if prefix not in CANONICAL_PREFIXES or not rest:
         return name
     path, options = split_query(rest)
-    absolute = resolve_user_path(path, data_root).resolve()
-    return f"{prefix}:{absolute.as_posix()}" + ("?" + "&".join(f"{k}={v}" for k, v in options) if options else "")
+    # a bucket's folder is named by its URI (never made a local path); file:// names a local folder
+    where = canonical_uri(path) if is_data_uri(path) else \
+        resolve_user_path(local_uri_path(path), data_root).resolve().as_posix()
+    return f"{prefix}:{where}" + ("?" + "&".join(f"{k}={v}" for k, v in options) if options else "")

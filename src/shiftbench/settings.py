@@ -18,7 +18,8 @@ are settings too (full label space, top-1/top-5). ``folder:<dir>?classes=imagene
 of ImageNet wnid or class-name sub-folders is recognised as such with an ImageNet model anyway
 (:func:`shiftbench.datasets.image_folder`). ``manifest:<file>?groups=colA,colB`` groups the
 examples by those metadata columns and stores worst-group accuracy beside the average
-(:mod:`shiftbench.views.groups`); options combine with ``&``.
+(:mod:`shiftbench.views.groups`); options combine with ``&``. A folder in a bucket is
+``folder:s3://bucket/prefix`` (any fsspec URI; :mod:`shiftbench.datasets.remote`), named by its URI.
 
 Synthetic shifts are generated on the fly from the decoded images (one decode for every shift):
 ``imagenet-c.<corruption>.<severity>_in-memory``, ``greyscale`` and ``pgd.<norm>.eps<eps>`` on
@@ -47,6 +48,7 @@ from shiftbench.errors import ConfigError, did_you_mean
 from shiftbench.setting_names import (  # noqa: F401  (canonical_setting_name, CANONICAL_PREFIXES: re-exported)
     CANONICAL_PREFIXES,
     canonical_setting_name,
+    is_data_uri,
     split_query,
 )
 from shiftbench.shifts import check_shift, list_shifts
@@ -209,6 +211,9 @@ def custom_setting(name: str) -> Setting:
 
         register_composite_dataset()
     path, options = _query(name, prefix, path)
+    if prefix != "folder" and is_data_uri(path):
+        raise ConfigError(f"custom setting {name!r}: {prefix}: settings read local files; of custom data only a "
+                          "folder of images is read from a bucket (folder:s3://bucket/prefix)")
     described = "".join(f", {k} {v}" for k, v in options)
     return Setting(name, prefix, _full, f"user data ({prefix}) at {path}{described}",
                    dataset_args=(("path", path), *options))

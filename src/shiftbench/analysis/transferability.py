@@ -183,19 +183,6 @@ def _user_groups(groups: Mapping[str, str] | pd.DataFrame | str | Path) -> dict[
     return dict(zip(frame["task"].astype(str), frame["group"].astype(str)))
 
 
-def _declared_groups(store: str | Path) -> dict[str, str]:
-    """``task -> group`` the transfer results in ``store`` declared (what
-    :func:`shiftbench.studies.transfer.stored_groups` returns; read here, from the store layer, so
-    the analysis floor does not import the studies above it)."""
-    from shiftbench.store import Store  # deferred: pyarrow, only for a testbed read from a store
-
-    res = Store.existing(store).results()
-    if "task" not in res or "group" not in res:
-        return {}
-    res = res[res["task"].notna() & res["group"].notna()]
-    return dict(zip(res["task"].astype(str), res["group"].astype(str)))
-
-
 def resolve_task_groups(testbed: Any, groups: Mapping[str, str] | pd.DataFrame | str | Path | None = None, *,
                         protocol: str = "linear") -> TaskGroups:
     """The group of every task with ``protocol`` transfer results in ``testbed``, by precedence:
@@ -210,9 +197,13 @@ def resolve_task_groups(testbed: Any, groups: Mapping[str, str] | pd.DataFrame |
     label = str(groups) if isinstance(groups, str | Path) else "the groups given"
     stores, declared = _testbed_stores(testbed), {}
     if stores:
+        # the store layer's Store.transfer_groups (what studies.transfer.stored_groups returns), not the studies above
+        from shiftbench.store import Store  # deferred: pyarrow, only for a testbed read from a store
+
         for store in stores:
             try:
-                declared.update({t: g for t, g in _declared_groups(store).items() if g and g != "nan"})
+                declared.update({t: g for t, g in Store.existing(store).transfer_groups().items()
+                                 if g and g != "nan"})
             except ShiftbenchError:                             # unreadable: the testbed was read, so rare
                 continue
     vtab = task_groups()

@@ -319,16 +319,14 @@ def _is_table(acc_x: object) -> bool:
     return isinstance(acc_x, pd.DataFrame) or np.ndim(acc_x) == 2
 
 
-@dataclass(frozen=True)
-class Band:
-    """A pointwise bootstrap confidence band of a trend, on a grid of x accuracies (percent)."""
+class _BandLimits:
+    """``lower``/``upper`` (percent) of a band from its ``lower_scaled``/``upper_scaled`` limits
+    and ``scale``; shared by :class:`Band` and :class:`TwoLineBand` (no fields of its own, so
+    neither dataclass's fields, repr or pickling change)."""
 
-    grid: np.ndarray
-    lower_scaled: np.ndarray = field(repr=False)
-    upper_scaled: np.ndarray = field(repr=False)
-    confidence: float = 0.95
-    n_resamples: int = 0
-    scale: str = "logit"
+    lower_scaled: np.ndarray
+    upper_scaled: np.ndarray
+    scale: str
 
     @property
     def lower(self) -> np.ndarray:
@@ -339,6 +337,18 @@ class Band:
     def upper(self) -> np.ndarray:
         """Upper limit (percent) at each grid point."""
         return inverse(self.upper_scaled, self.scale)
+
+
+@dataclass(frozen=True)
+class Band(_BandLimits):
+    """A pointwise bootstrap confidence band of a trend, on a grid of x accuracies (percent)."""
+
+    grid: np.ndarray
+    lower_scaled: np.ndarray = field(repr=False)
+    upper_scaled: np.ndarray = field(repr=False)
+    confidence: float = 0.95
+    n_resamples: int = 0
+    scale: str = "logit"
 
     def at(self, acc_x: ArrayLike, n: ArrayLike | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Band limits (percent) at ``acc_x``, interpolated in scaled coordinates (the limits
@@ -460,7 +470,7 @@ def _line_dict(fit: TrendFit) -> dict[str, object]:
 
 
 @dataclass(frozen=True)
-class TwoLineBand:
+class TwoLineBand(_BandLimits):
     """The bootstrap bands of a :class:`TwoLineTrendFit`'s two lines (:attr:`below`,
     :attr:`above`, each a :class:`Band` from resampling that line's models). Read like a
     :class:`Band`: the limits at a point (:meth:`at`, ``lower``, ``upper``) come from the band of
@@ -494,14 +504,6 @@ class TwoLineBand:
     @property
     def upper_scaled(self) -> np.ndarray:
         return np.where(self.grid > self.pivot, self.above.upper_scaled, self.below.upper_scaled)
-
-    @property
-    def lower(self) -> np.ndarray:
-        return inverse(self.lower_scaled, self.scale)
-
-    @property
-    def upper(self) -> np.ndarray:
-        return inverse(self.upper_scaled, self.scale)
 
     def segments(self) -> list[tuple[Band, float, float]]:
         """``[(below, -inf, t(pivot)), (above, t(pivot), inf)]`` in scaled x, as

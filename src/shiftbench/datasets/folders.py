@@ -1,5 +1,5 @@
-"""Class-folder layouts: any image folder, ImageNet validation, ImageNetV2, ImageNet-A/-R/-Sketch,
-ObjectNet 1.0 and ImageNet-C on disk.
+"""Class-folder layouts: any image folder (on disk or in a bucket), ImageNet validation, ImageNetV2,
+ImageNet-A/-R/-Sketch, ObjectNet 1.0 and ImageNet-C on disk.
 
 Every builder scans with :func:`os.scandir` only (no image is opened), returns a
 :class:`~shiftbench.datasets.base.FileDataset` sorted by id (the POSIX path relative to the
@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from functools import lru_cache, partial
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -33,6 +35,7 @@ from shiftbench.datasets.base import FileDataset, text_name
 from shiftbench.datasets.manifest import LabelSpace, _norm, known_label_space, label_space_of
 from shiftbench.datasets.registry import register_dataset
 from shiftbench.errors import ConfigError, DataError, did_you_mean
+from shiftbench.setting_names import is_data_uri, local_uri_path
 from shiftbench.shifts.corruptions import CORRUPTIONS, SEVERITIES
 
 IMAGENET = "imagenet-1k"
@@ -180,8 +183,10 @@ def _label_space_note(root: Path, targets: dict[str, int], space: LabelSpace) ->
 
 
 def image_folder(root: Path | str, name: str | None = None, classes: list[str] | str | Path | None = None,
-                 label_space: str | None = None, model_outputs: int | None = None) -> FolderDataset:
-    """Any ``root/<class>/**/<image>`` folder (torchvision ``ImageFolder`` semantics).
+                 label_space: str | None = None, model_outputs: int | None = None,
+                 storage_options: Mapping[str, Any] | None = None) -> FolderDataset:
+    """Any ``root/<class>/**/<image>`` folder (torchvision ``ImageFolder`` semantics), on disk or
+    in a bucket.
 
     Class ``i`` is ``classes[i]`` if ``classes`` is a list (each must exist), else the ``i``-th
     sub-folder in sorted order. Extensions (case-insensitive): jpg, jpeg, png, bmp, webp, tif,
@@ -209,14 +214,31 @@ def image_folder(root: Path | str, name: str | None = None, classes: list[str] |
     the first other sub-folder. Read in a declared or detected space, the dataset's ``notes``
     say so ("N sub-folders are ImageNet classes (wnids); scored on the 1,000-way logits"); the
     runner prints them and stores them, with ``label_space``, beside every result.
+
+    **In a bucket.** ``root`` may be an fsspec URI (``s3://bucket/prefix``, ``gs://``, ``az://``,
+    ``memory://``; ``file://`` is the local path): the same layout and rules under the prefix,
+    listed once and each image fetched with one GET (:mod:`shiftbench.datasets.remote`), so the
+    same images give the same ids, classes and results as a local copy. Credentials and endpoint
+    are found the standard way (``AWS_ENDPOINT_URL``, ``AWS_PROFILE``, ``~/.aws``, ...) or given as
+    ``storage_options`` (the filesystem's keyword arguments).
     """
-    root = Path(root)
-    name = name or root.name or "folder"
+    root = local_uri_path(root)
+    if is_data_uri(root):
+        from shiftbench.datasets.remote import BucketFolder  # deferred: only a bucket's folder needs fsspec
+
+        folder: Any = BucketFolder(str(root), storage_options)
+    elif storage_options:
+        raise ConfigError(f"{root}: storage_options are for a folder in a bucket (s3://bucket/prefix, ...), "
+                          "not a local folder")
+    else:
+        folder = _LocalFolder(Path(root))
+    root = folder.root
+    name = name or folder.name or "folder"
     expected = f"{root}/<class>/<image> (one folder per class)"
-    require_dir(root, name, expected)
-    present = subdirs(root)
+    folder.require(name, expected)
+    present = folder.subdirs()
     if not present and (classes is None or isinstance(classes, str | Path)):
-        raise LayoutError(name, expected, root / "<class>", f"no class folders in {root}")
+        raise LayoutError(name, expected, folder.where("<class>"), f"no class folders in {root}")
     space, targets = None, None
     if isinstance(classes, str | Path):
         space = label_space_of(classes)
@@ -225,28 +247,56 @@ def image_folder(root: Path | str, name: str | None = None, classes: list[str] |
         targets = _detect_imagenet(root, present)
         space = known_label_space(IMAGENET) if targets is not None else None
     if space is not None and targets is not None:
-        ex = scan_class_folders(root, targets)
+        ex = folder.scan(targets)
         ds = file_dataset(name, root, ex, label_space=space.name or label_space or f"custom:{name}",
                           num_classes=len(space.classes), class_names=list(space.classes),
-                          skipped=_stray_images(root, set(present)), expected=expected)
-        return _with_notes(ds, (_label_space_note(root, targets, space),))
+                          skipped=folder.stray(set(present)), expected=expected)
+        return folder.finish(ds, (_label_space_note(root, targets, space),))
     if classes is not None:
         for c in classes:
             if c not in present:
-                raise LayoutError(name, expected, root / c, "class folder given in classes= is absent")
+                raise LayoutError(name, expected, folder.where(c), "class folder given in classes= is absent")
     names = list(classes) if classes is not None else present
     if not names:
-        raise LayoutError(name, expected, root / "<class>", f"no class folders in {root}")
-    ex = scan_class_folders(root, {c: i for i, c in enumerate(names)})
+        raise LayoutError(name, expected, folder.where("<class>"), f"no class folders in {root}")
+    ex = folder.scan({c: i for i, c in enumerate(names)})
     ds = file_dataset(name, root, ex, label_space=label_space or f"custom:{name}", num_classes=len(names),
-                      class_names=[text_name(n) for n in names], skipped=_stray_images(root, set(present)),
+                      class_names=[text_name(n) for n in names], skipped=folder.stray(set(present)),
                       expected=expected)
-    return _with_notes(ds, ())
+    return folder.finish(ds, ())
 
 
-def _with_notes(ds: FileDataset, notes: tuple[str, ...]) -> FolderDataset:
-    """``ds`` as a :class:`FolderDataset` with ``notes`` added to its own (the scan's)."""
-    return FolderDataset(**{**{f.name: getattr(ds, f.name) for f in fields(ds)}, "notes": (*notes, *ds.notes)})
+def _with_notes(ds: FileDataset, notes: tuple[str, ...], cls: type[FolderDataset] = FolderDataset,
+                **extra: Any) -> FolderDataset:
+    """``ds`` as a :class:`FolderDataset` (or ``cls``, with the fields ``extra``) with ``notes``
+    added to its own (the scan's)."""
+    return cls(**{**{f.name: getattr(ds, f.name) for f in fields(ds)}, **extra, "notes": (*notes, *ds.notes)})
+
+
+class _LocalFolder:
+    """A class folder on disk, read with :func:`os.scandir` (what :func:`image_folder` reads of a
+    folder; :class:`shiftbench.datasets.remote.BucketFolder` reads the same of a bucket's prefix)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root, self.name = root, root.name
+
+    def where(self, rel: str) -> Path:
+        return self.root / rel
+
+    def require(self, name: str, expected: str) -> None:
+        require_dir(self.root, name, expected)
+
+    def subdirs(self) -> list[str]:
+        return subdirs(self.root)
+
+    def stray(self, present: set[str]) -> list[tuple[str, str]]:
+        return _stray_images(self.root, present)
+
+    def scan(self, folder_targets: dict[str, int]) -> Examples:
+        return scan_class_folders(self.root, folder_targets)
+
+    def finish(self, ds: FileDataset, notes: tuple[str, ...]) -> FolderDataset:
+        return _with_notes(ds, notes)
 
 
 # --------------------------------------------------------------------------- ImageNet val
@@ -500,7 +550,8 @@ _reg("imagenet-c", default_dir="imagenet-c", required=("corruption", "severity")
 
 
 @register_dataset("folder", default_dir=None, label_space="custom:<name> or imagenet-1k",
-                  layout="<dir>/<class>/<image> (class = any name; ImageNet wnids/names: ?classes=imagenet-1k)")
+                  layout="<dir>/<class>/<image> (class = any name; ImageNet wnids/names: ?classes=imagenet-1k); "
+                         "<dir> may be a bucket's s3://bucket/prefix")
 def _folder(path: Path | str, name: str | None = None, classes: list[str] | str | Path | None = None,
             label_space: str | None = None, model_outputs: int | None = None) -> FolderDataset:
     return image_folder(path, name=name, classes=classes, label_space=label_space, model_outputs=model_outputs)

@@ -20,7 +20,11 @@ from typing import Any
 
 from shiftbench.datasets.base import ImageDataset
 from shiftbench.errors import ConfigError, did_you_mean
-from shiftbench.setting_names import resolve_user_path  # how a folder: setting's path is found (and named)
+from shiftbench.setting_names import (  # how a folder: setting's path is found (and named)
+    is_data_uri,
+    local_uri_path,
+    resolve_user_path,
+)
 
 Builder = Callable[..., ImageDataset]
 
@@ -106,6 +110,7 @@ def load_dataset(name: str, data_root: Path | str = ".", overrides: Mapping[str,
             kwargs["path"] = overrides[name]
         if kwargs.get("path") is None:
             raise ConfigError(f"dataset {name!r} needs path=<{entry.layout}>")
-        kwargs["path"] = resolve_user_path(kwargs["path"], data_root)
+        if not is_data_uri(kwargs["path"]):  # a bucket's URI (folder:s3://...) is read as it is
+            kwargs["path"] = resolve_user_path(local_uri_path(kwargs["path"]), data_root)
         return entry.builder(**kwargs)
     return entry.builder(dataset_root(name, data_root, overrides), **kwargs)

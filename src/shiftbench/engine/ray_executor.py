@@ -3,11 +3,21 @@
 Each Ray task receives one of :meth:`~shiftbench.engine.request.EvalRequest.tasks`: the settings
 of one dataset, one interleaved shard of its chunks, and every model of the request, which it
 streams as :class:`~shiftbench.engine.executor.LocalExecutor` does (each image decoded and
-shifted once for all models) on its node, writing to the same store (a shared disk: local,
-NFS, or a mounted bucket). A key is finished by whichever shard task completes it last. A worker or node that dies has its task retried
-by Ray (``max_retries``); because every finished chunk is an atomically written part with a
-deterministic name, the retry resumes where the dead worker stopped and the store never holds
-duplicate rows. Each task's run record in the store names the Ray node and task that ran it.
+shifted once for all models) on its node, writing to the same store. Each task opens that store
+itself, where it runs: a bucket (``s3://bucket/prefix``, ``gs://``, ``az://``: the nodes need share
+nothing but it, each finding its credentials and endpoint the standard way for its filesystem,
+e.g. its own environment) or a folder every node mounts at the same path (NFS). Before the tasks
+go out, the driver marks the store (:meth:`~shiftbench.store.Store.mark_dispatch`); a task that
+does not find the mark in the store it opened (a local folder on a node that does not share it)
+stops with a one-line :class:`~shiftbench.errors.ConfigError` instead of writing results where the
+driver will never read them. Relative paths of the request (the store, ``data_root``) are made
+absolute on the driver, so a worker's own working directory never matters.
+
+A key is finished by whichever shard task completes it last. A worker or node that dies has its
+task retried by Ray (``max_retries``); because every finished chunk is an atomically written part
+(a renamed file, or one object PUT in a bucket) with a deterministic name, the retry resumes where
+the dead worker stopped and the store never holds duplicate rows. Each task's run record in the
+store names the Ray node and task that ran it.
 """
 from __future__ import annotations
 
@@ -19,6 +29,8 @@ import sys
 import tempfile
 import warnings
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -27,6 +39,7 @@ from shiftbench.engine.request import EvalRequest
 from shiftbench.engine.runner import ProgressFn, failure, result_frame
 from shiftbench.errors import ConfigError, ModelError, ShiftbenchError
 from shiftbench.models.device import check_device
+from shiftbench.store.fs import is_uri
 
 #: seconds the reachability check of ``--address`` waits for a TCP connection
 CONNECT_TIMEOUT = 5.0
@@ -92,9 +105,10 @@ def _held_stderr() -> Iterator[None]:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
-def _run_slice(request: EvalRequest) -> tuple[list[dict[str, Any]], dict[str, str]]:
+def _run_slice(request: EvalRequest, token: str | None = None) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """A Ray task: one (dataset × shard) slice with every model, run here, recorded with this
-    node's id. Returns its rows and its failed models (not raised: a model error is not a
+    node's id, in the store this task opens itself (which must hold the driver's dispatch mark
+    ``token``). Returns its rows and its failed models (not raised: a model error is not a
     reason for Ray to retry the task)."""
     import ray  # deferred: loads ray
 
@@ -102,6 +116,12 @@ def _run_slice(request: EvalRequest) -> tuple[list[dict[str, Any]], dict[str, st
 
     check_device(request.device)  # on the worker: its GPUs, not the driver's
     ctx = ray.get_runtime_context()
+    if token is not None and not request.open_store().has_dispatch(token):
+        raise ConfigError(
+            f"--store {request.store}: the Ray task on node {ctx.get_node_id()[:8]} "
+            f"({socket.gethostname()}) does not see the store the driver wrote to (a local folder is not shared "
+            "between machines); pass a bucket every node can reach (--store s3://bucket/prefix) or a folder "
+            "every node mounts at the same path (NFS)")
     rows, failed = run_models(request, progress=False, run_meta={
         "executor": "ray", "ray_node_id": ctx.get_node_id(), "ray_task_id": ctx.get_task_id()})
     return rows, {name: str(exc) for name, exc in failed.items()}
@@ -115,7 +135,9 @@ class RayExecutor:
     without it, and with no Ray connection already open, a local Ray instance is started (and
     shut down afterwards). ``shards`` is the number of shards per dataset (default: as many as
     the cluster has task slots, ``CPU / num_cpus_per_task``; one with ``force``, whose tasks first
-    forget the keys they recompute). The request's ``store`` must be a path every worker can reach.
+    forget the keys they recompute). The request's ``store`` must be one every worker reaches: a
+    bucket URI (``s3://bucket/prefix``; the nodes need share no disk) or a folder every node
+    mounts at the same path; a task that finds another store there stops with a ConfigError.
     """
 
     def __init__(self, address: str | None = None, *, max_retries: int = 3, num_cpus_per_task: float = 1.0,
@@ -145,8 +167,9 @@ class RayExecutor:
         """``progress`` is not shown (the passes run on the workers); the argument keeps the
         :class:`~shiftbench.engine.executor.Executor` interface."""
         if request.store is None:  # the tasks' parts must meet in one store every worker reaches
-            raise ConfigError("store=None keeps results in this process; the Ray executor needs a store directory "
-                              "every worker can reach (--store DIR)")
+            raise ConfigError("store=None keeps results in this process; the Ray executor needs a store every "
+                              "worker can reach (--store s3://bucket/prefix, or a folder every node mounts)")
+        request = absolute(request)
         try:
             import ray  # deferred: loads ray
         except ImportError as exc:  # pragma: no cover - ray is installed by the Makefile
@@ -163,12 +186,18 @@ class RayExecutor:
             shards = self.shards or max(1, int(ray.cluster_resources().get("CPU", 1) // self.num_cpus_per_task))
             if request.force:  # each task forgets its keys first: one task per dataset, or shards would race
                 shards = 1
+            store = request.open_store()
+            token = store.mark_dispatch({"executor": "ray", "driver": socket.gethostname(), "pid": os.getpid(),
+                                         "address": self.address, "shards": shards,
+                                         "models": len(request.models), "settings": request.setting_names})
             try:
-                outputs = ray.get([remote.remote(task) for task in request.tasks(shards)])
+                outputs = ray.get([remote.remote(task, token) for task in request.tasks(shards)])
             except ray.exceptions.RayTaskError as exc:   # a task raised: its ShiftbenchError, as itself
                 if isinstance(exc.cause, ShiftbenchError):
                     raise exc.cause from exc
                 raise
+            finally:
+                store.clear_dispatch(token)
         finally:
             if started_here:
                 ray.shutdown()
@@ -180,6 +209,16 @@ class RayExecutor:
             for row in task_rows:
                 rows.setdefault((row["model"], row["setting"]), row)
         return result_frame(list(rows.values()), request)
+
+
+def absolute(request: EvalRequest) -> EvalRequest:
+    """``request`` with its relative paths (a local store, ``data_root``, ``data_dirs``) made
+    absolute here on the driver: a Ray worker starts in a working directory of its own."""
+    store = request.store
+    if store is not None and not is_uri(store):
+        store = Path(store).absolute()
+    dirs = None if request.data_dirs is None else {k: str(Path(v).absolute()) for k, v in request.data_dirs.items()}
+    return replace(request, store=store, data_root=Path(request.data_root).absolute(), data_dirs=dirs)
 
 
 def evaluate_ray(models: Sequence[str], settings: Sequence[str], *, address: str | None = None,

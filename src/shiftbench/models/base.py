@@ -115,14 +115,37 @@ class Preprocessing:
         import torch  # deferred: loads torch
         from torchvision.transforms import v2 as T  # deferred: loads Pillow, loads torch
 
+        return T.Compose([*self._uint8_steps(), T.ToDtype(torch.float32, scale=True)])
+
+    def _uint8_steps(self) -> list[Any]:
+        from torchvision.transforms import v2 as T  # deferred: loads Pillow, loads torch
+
         modes = {"nearest": T.InterpolationMode.NEAREST, "bilinear": T.InterpolationMode.BILINEAR,
                  "bicubic": T.InterpolationMode.BICUBIC, "lanczos": T.InterpolationMode.LANCZOS}
-        return T.Compose([
-            T.PILToTensor(),
-            T.Resize(self.resize, interpolation=modes[self.interpolation], antialias=True),
-            T.CenterCrop(self.input_size),
-            T.ToDtype(torch.float32, scale=True),
-        ])
+        return [T.PILToTensor(), T.Resize(self.resize, interpolation=modes[self.interpolation], antialias=True),
+                T.CenterCrop(self.input_size)]
+
+    def split_transform(self) -> tuple[Any, Any] | None:
+        """:meth:`transform` in two halves, ``(head, tail)``: ``head`` maps a PIL image to the uint8
+        tensor ``(3, H, W)`` that :meth:`transform` converts last, ``tail`` maps a batch of those
+        to the float [0, 1] batch :meth:`transform` gives, by the same operation. The engine runs
+        ``head`` in its decode workers and ``tail`` where the batch goes (the GPU), so a quarter
+        of the bytes cross processes and the bus; the pixels are the same. ``None`` for a
+        subclass with its own :meth:`transform` (the engine then runs that one whole)."""
+        if type(self).transform is not Preprocessing.transform:
+            return None
+        from torchvision.transforms import v2 as T  # deferred: loads Pillow, loads torch
+
+        return T.Compose(self._uint8_steps()), scale_uint8
+
+
+def scale_uint8(batch: Any) -> Any:
+    """A uint8 image batch as float32 in [0, 1], as torchvision's ``ToDtype(torch.float32,
+    scale=True)`` converts (the last step of :meth:`Preprocessing.transform`), on its device."""
+    import torch  # deferred: loads torch
+    from torchvision.transforms.v2 import functional as F  # deferred: loads Pillow, loads torch
+
+    return F.to_dtype_image(batch, torch.float32, scale=True)
 
 
 @dataclass

@@ -102,9 +102,23 @@ class TimmPreprocessing(Preprocessing):
 
     def transform(self):  # -> Callable[[PIL.Image.Image], torch.Tensor]
         """The steps of ``timm.data.create_transform(is_training=False, ...)`` before ``Normalize``."""
+        from timm.data.transforms import MaybeToTensor  # deferred: loads Pillow, loads safetensors, loads torch
+        from torchvision import transforms  # deferred: loads Pillow, loads torch
+
+        return transforms.Compose([*self._resize_steps(), MaybeToTensor()])
+
+    def split_transform(self) -> tuple[Any, Any] | None:
+        """As :meth:`Preprocessing.split_transform`: the resize and crop steps then the image as a
+        uint8 tensor, and the conversion ``MaybeToTensor`` does last (``to(float32).div(255)``)."""
+        if type(self).transform is not TimmPreprocessing.transform:
+            return None
+        from torchvision import transforms  # deferred: loads Pillow, loads torch
+
+        return transforms.Compose([*self._resize_steps(), transforms.PILToTensor()]), div_255
+
+    def _resize_steps(self) -> list[Any]:
         from timm.data.transforms import (  # deferred: loads Pillow, loads safetensors, loads torch
             CenterCropOrPad,
-            MaybeToTensor,
             ResizeKeepRatio,
             str_to_interp_mode,
         )
@@ -122,7 +136,15 @@ class TimmPreprocessing(Preprocessing):
                      transforms.CenterCrop(size)]
         else:
             steps = [ResizeKeepRatio(scale, interpolation=self.interpolation), transforms.CenterCrop(size)]
-        return transforms.Compose([*steps, MaybeToTensor()])
+        return steps
+
+
+def div_255(batch: Any) -> Any:
+    """A uint8 image batch as float in [0, 1], as ``torchvision.transforms.functional.to_tensor``
+    (timm's ``MaybeToTensor``) converts one image, on the batch's device."""
+    import torch  # deferred: loads torch
+
+    return batch.to(dtype=torch.get_default_dtype()).div(255)
 
 
 def preprocessing_from_config(cfg: dict[str, Any]) -> TimmPreprocessing:

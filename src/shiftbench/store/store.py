@@ -38,6 +38,7 @@ table, so an exported table loads back as a testbed.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -469,6 +470,25 @@ class Store:
         self._write_json(f"runs/{run_id}.json", {**meta, "run_id": run_id}, indent=1)
         return run_id
 
+    def mark_dispatch(self, meta: Mapping[str, Any]) -> str:
+        """Write ``runs/<token>.dispatch`` (a run handed to other machines: who sent it, from
+        where) and return its token; the machines that run it check with :meth:`has_dispatch` that
+        the store they opened is the one it was written to. Not a ``.json``: not a run record."""
+        token = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{os.urandom(6).hex()}"
+        self._writing()
+        self.fs.write_bytes(f"runs/{token}.dispatch", json.dumps(dict(meta), default=str, indent=1).encode())
+        return token
+
+    def has_dispatch(self, token: str) -> bool:
+        """This store holds the dispatch mark ``token`` (:meth:`mark_dispatch`): it is the store the
+        dispatching process wrote to, not a folder of the same name on another machine."""
+        return self.fs.exists(f"runs/{token}.dispatch")
+
+    def clear_dispatch(self, token: str) -> None:
+        """Remove the dispatch mark ``token`` (the run it marked has ended)."""
+        with contextlib.suppress(FileNotFoundError):
+            self.fs.remove(f"runs/{token}.dispatch")
+
     def _read_json(self, rel: str | Path) -> dict[str, Any]:
         """The JSON file ``rel`` (relative to the root; a local store also takes a path under its
         folder); a missing one is a FileNotFoundError."""
@@ -603,6 +623,17 @@ class Store:
         """Every stored study of ``kind`` concatenated, with a ``study`` column (empty if none)."""
         frames = [self.read_study(kind, n).assign(study=n) for n in self.study_names(kind)]
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+    def transfer_groups(self) -> dict[str, str]:
+        """``task -> group`` the transfer results in this store declared (the ``task`` and
+        ``group`` of each current result that has both; ``{}`` if none), in :meth:`results`'
+        order (a task's last result wins); what
+        :func:`~shiftbench.analysis.transfer.transfer_group_means` groups tasks by."""
+        res = self.results()
+        if "task" not in res or "group" not in res:
+            return {}
+        res = res[res["task"].notna() & res["group"].notna()]
+        return dict(zip(res["task"].astype(str), res["group"].astype(str)))
 
     # ------------------------------------------------------------------ DuckDB
     def connect(self):  # -> duckdb.DuckDBPyConnection

@@ -617,11 +617,7 @@ def transfer_task(model: str | LoadedModel, task: TransferTask, config: Transfer
 def stored_groups(store: str | Path | Store) -> dict[str, str]:
     """``task -> group`` of every transfer result in ``store`` (the groups the tasks declared), for
     :func:`~shiftbench.analysis.transfer.transfer_group_means` over ``Testbed.from_store``."""
-    res = Store.existing(store).results()
-    if "task" not in res or "group" not in res:
-        return {}
-    res = res[res["task"].notna() & res["group"].notna()]
-    return dict(zip(res["task"].astype(str), res["group"].astype(str)))
+    return Store.existing(store).transfer_groups()
 
 
 # ---------------------------------------------------------------------------- the study

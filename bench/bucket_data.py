@@ -1,0 +1,87 @@
+"""Benchmark: evaluating a folder of images on the local disk vs the same images in an S3 bucket.
+
+An S3-compatible server (moto's server mode, ``pip install 'moto[server]' s3fs``) runs as a
+process of its own on a free port of localhost (so it does not share this process's interpreter
+lock). ``--images`` 32 px PNGs in 7 class folders are written to a local folder and uploaded under
+a bucket prefix; then the same evaluation (the fixture CNN ``cnn_a`` and the compute-free
+``oracle7``, tests/fixtures/) runs on ``folder:<local dir>`` and on ``folder:s3://bucket/prefix``,
+each into a new local store, with ``--workers`` DataLoader workers. The bucket side pays one
+listing of the prefix and one GET per image; the oracle does no arithmetic to speak of, so its
+row is the worst case: nearly all of its time is reading the images.
+
+Each side reports the best of ``--repeat`` runs (as ``timeit`` does); the ratio is bucket / local.
+
+Usage: python bench/bucket_data.py [--images 100] [--workers 0] [--repeat 3]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from store_bucket import best, free_port, images  # noqa: E402 - the same server start and images
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--images", type=int, default=100)
+    parser.add_argument("--workers", type=int, default=0)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+
+    import socket
+
+    import s3fs
+
+    from shiftbench.datasets import image_folder
+    from shiftbench.engine import evaluate
+
+    host, port = "127.0.0.1", free_port()
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", host, "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex((host, port)) == 0:
+                break
+        time.sleep(0.1)
+    os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1",
+                      AWS_ENDPOINT_URL=f"http://{host}:{port}")
+    bucket = f"bench-{uuid.uuid4().hex[:8]}"
+    fs = s3fs.S3FileSystem()
+    fs.mkdir(bucket)
+    tmp = Path(tempfile.mkdtemp(prefix="shiftbench-bench-"))
+    data = images(tmp / "imgs", args.images)
+    fs.put(f"{data}/", f"{bucket}/imgs", recursive=True)
+    uri = f"s3://{bucket}/imgs"
+    print(f"S3 server: moto (its own process) on {host}:{port}; {args.images} images, {args.workers} workers; "
+          f"best of {args.repeat}")
+    print(f"{'':44s} {'local s':>9s} {'bucket s':>9s} {'ratio':>6s}")
+    try:
+        local = best(lambda: image_folder(data), args.repeat)
+        remote = best(lambda: image_folder(uri), args.repeat)
+        print(f"{'scan (local: os.scandir; bucket: 1 listing)':44s} {local:9.3f} {remote:9.3f} {remote / local:6.2f}")
+        for label, model in (("eval cnn_a", "python:multimodel_models:cnn_a"),
+                             ("eval oracle7 (no compute: read-bound)", "python:oracle_models:oracle7")):
+            def run(folder: str | Path) -> None:
+                evaluate(model, [f"folder:{folder}"], store=tmp / f"st-{uuid.uuid4().hex[:6]}",
+                         workers=args.workers, batch_size=32, progress=False)
+            local = best(lambda: run(data), args.repeat)
+            remote = best(lambda: run(uri), args.repeat)
+            print(f"{label:44s} {local:9.3f} {remote:9.3f} {remote / local:6.2f}")
+    finally:
+        server.terminate()
+        server.wait()
+
+
+if __name__ == "__main__":
+    main()
