@@ -156,6 +156,37 @@ def test_the_scan_is_one_listing_and_each_image_one_get(shared, monkeypatch):
     assert copy.load(0).getpixel((0, 0)) == ds.load(0).getpixel((0, 0)) == colour_of(1)
 
 
+def test_the_engines_loader_fetches_a_batch_in_one_concurrent_request(shared, monkeypatch):
+    """The DataLoader asks the runner's dataset view for a whole batch (``__getitems__``): a bucket
+    folder fetches it with one ``fs.cat`` of the batch's paths (concurrent GETs), and the batch is
+    what one ``load`` per image gives, the truncated image a skipped example in its place."""
+    from shiftbench.engine.runner import _Decoded
+    from shiftbench.models import Preprocessing
+
+    _, uri = shared
+    ds = image_folder(uri, model_outputs=1000)
+    fs = ds._fs()
+    batches: list[int] = []
+    real = fs.cat                                        # fsspec's sync wrapper: an attribute of the instance
+
+    def cat(path, *args, **kwargs):
+        batches.append(len(path) if isinstance(path, list) else 1)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(fs, "cat", cat)
+    head, tail = Preprocessing(input_size=16, resize=16).split_transform()
+    view = _Decoded(ds, [(head, (16, 16), None)])
+    got = view.__getitems__(list(range(len(ds))))
+    assert batches == [len(ds)] == [22]                  # one request for the batch, not 22
+    for i, (xs, index, error) in enumerate(got):
+        assert index == i
+        if ds.ids[i] == f"{WNIDS[1]}/truncated.png":
+            assert error.startswith("cannot decode") or "truncated" in error, error
+        else:
+            assert error == "" and xs[0].equal(head(ds.load(i)))
+    assert sum(bool(e) for _, _, e in got) == 1
+
+
 def test_an_object_removed_after_the_scan_is_a_skipped_example(endpoint, bucket, tmp_path):
     uri = upload(photos(tmp_path / "p", n=7), bucket, "p")
     ds = image_folder(uri)

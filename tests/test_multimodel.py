@@ -69,8 +69,8 @@ def test_one_pass_for_three_models_leaves_the_store_of_one_model_at_a_time(tmp_p
         evaluate(m, settings, store=tmp_path / "alone", batch_size=8, chunk_size=16, workers=0, progress=False)
 
     decoded, shifted = [], []
-    load, apply = R._Decoded.__getitem__, R.Pass._shifted
-    monkeypatch.setattr(R._Decoded, "__getitem__", lambda self, i: decoded.append(i) or load(self, i))
+    load, apply = R._Decoded.__getitems__, R.Pass._shifted     # the loader asks for a batch at a time
+    monkeypatch.setattr(R._Decoded, "__getitems__", lambda self, idx: decoded.extend(idx) or load(self, idx))
     monkeypatch.setattr(R.Pass, "_shifted", lambda self, module, x, idx: shifted.append(
         (self.shift.id, self.model.preprocessing.resize, len(idx))) or apply(self, module, x, idx))
     together = evaluate(MODELS, settings, store=tmp_path / "together", batch_size=8, chunk_size=16, workers=0,

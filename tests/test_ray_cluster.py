@@ -17,9 +17,10 @@ row for row, with nothing written anywhere but the bucket. A store the workers c
 (``memory://``, which lives in one process as a local folder lives on one machine) stops the run
 at the first task with one line.
 
-The two tests are in one file so that their clusters never start at the same time (a raylet
-that fails to register within Ray's fixed 30 s on a loaded machine is retried once by
-:func:`start_cluster`).
+The two tests are in one file so that their clusters never start at the same time. A node with
+a home of its own gets Ray's authentication token in its environment when token authentication
+is on (a local ``ray.init()`` earlier in the same process turns it on), as a real cluster's
+nodes do: without it its raylet aborts and the node never registers.
 """
 from __future__ import annotations
 
@@ -74,29 +75,24 @@ def stored(store: str | Path) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
 def start_cluster(head_env: dict[str, str], second_env: dict[str, str], head_dir: Path | None = None,
                   second_dir: Path | None = None):
     """A two-node 1-CPU Ray cluster on 127.0.0.1, each node's raylet (so its workers) started in
-    its own working directory with its own environment overrides; ``(cluster, second node)``.
-    A node that fails to register within Ray's fixed 30 s (a loaded machine) is retried once."""
+    its own working directory with its own environment overrides; ``(cluster, second node)``."""
     from ray.cluster_utils import Cluster
 
     here = os.getcwd()
-    for attempt in range(2):
-        cluster = Cluster(initialize_head=False)
-        try:
-            if head_dir:
-                os.chdir(head_dir)
-            cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1", include_dashboard=False,
-                             env_vars=head_env or None)
-            if second_dir:
-                os.chdir(second_dir)
-            second = cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1", env_vars=second_env or None)
-            return cluster, second
-        except Exception as exc:                             # Ray raises a bare Exception
-            cluster.shutdown()
-            if attempt or "timed out during startup" not in str(exc):
-                raise
-        finally:
-            os.chdir(here)
-    raise AssertionError("unreachable")
+    cluster = Cluster(initialize_head=False)
+    try:
+        if head_dir:
+            os.chdir(head_dir)
+        cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1", include_dashboard=False, env_vars=head_env or None)
+        if second_dir:
+            os.chdir(second_dir)
+        second = cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1", env_vars=second_env or None)
+    except BaseException:
+        cluster.shutdown()
+        raise
+    finally:
+        os.chdir(here)
+    return cluster, second
 
 
 def node_dirs(base: Path, name: str) -> tuple[Path, dict[str, str]]:
@@ -105,10 +101,16 @@ def node_dirs(base: Path, name: str) -> tuple[Path, dict[str, str]]:
     home = base / name
     for sub in ("work", "home", "tmp", "cache"):
         (home / sub).mkdir(parents=True, exist_ok=True)
-    return home / "work", {
-        "HOME": str(home / "home"), "TMPDIR": str(home / "tmp"), "XDG_CACHE_HOME": str(home / "cache"),
-        "TORCH_HOME": str(home / "cache" / "torch"), "HF_HOME": str(home / "cache" / "hf"),
-        "AWS_ENDPOINT_URL": os.environ["AWS_ENDPOINT_URL"], **CREDENTIALS}
+    env = {"HOME": str(home / "home"), "TMPDIR": str(home / "tmp"), "XDG_CACHE_HOME": str(home / "cache"),
+           "TORCH_HOME": str(home / "cache" / "torch"), "HF_HOME": str(home / "cache" / "hf"),
+           "AWS_ENDPOINT_URL": os.environ["AWS_ENDPOINT_URL"], **CREDENTIALS}
+    if os.environ.get("RAY_AUTH_MODE", "").lower() == "token":
+        # a local ray.init() earlier in this process turned Ray's token authentication on; a node
+        # whose home is its own finds no ~/.ray/auth_token, so it gets the token as a cluster's
+        # nodes do, in its environment (without it the raylet aborts and the node never registers)
+        path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
+        env["RAY_AUTH_TOKEN"] = os.environ.get("RAY_AUTH_TOKEN") or path.read_text().strip()
+    return home / "work", env
 
 
 def bucket_images(local: Path, uri: str, datasets: int = 4, n: int = 40) -> list[str]:

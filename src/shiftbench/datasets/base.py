@@ -197,6 +197,19 @@ class ImageDataset:
     def load(self, i: int) -> Image.Image:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def load_many(self, indices: Sequence[int]) -> list[Image.Image | ImageDecodeError]:
+        """The images at ``indices``, in order, each undecodable one as its
+        :class:`ImageDecodeError` (returned in its place, not raised). One :meth:`load` after the
+        other here; a dataset that can fetch many at once (a folder in a bucket: one concurrent
+        request for a batch) overrides it. The engine's loader asks for a batch at a time."""
+        out: list[Image.Image | ImageDecodeError] = []
+        for i in indices:
+            try:
+                out.append(self.load(i))
+            except ImageDecodeError as exc:
+                out.append(exc)
+        return out
+
     def subset(self, indices: Sequence[int]) -> ImageDataset:
         """The examples at ``indices``, in that order (ids stay the same)."""
         idx = list(indices)

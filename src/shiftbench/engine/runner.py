@@ -81,13 +81,21 @@ class _Decoded:
         return len(self.dataset)
 
     def __getitem__(self, i: int):
+        return self.__getitems__([i])[0]
+
+    def __getitems__(self, indices: list[int]) -> list[tuple[tuple[Any, ...], int, str]]:
+        """A batch's examples from one :meth:`~shiftbench.datasets.base.ImageDataset.load_many`
+        (the DataLoader asks for a whole batch: a bucket fetches it in one concurrent request)."""
         import torch  # deferred: loads torch
 
-        try:
-            image = self.dataset.load(i)
-            return tuple(transform(image) for transform, _, _ in self.pipelines), i, ""
-        except ImageDecodeError as exc:
-            return tuple(torch.zeros(3, *size, dtype=dtype) for _, size, dtype in self.pipelines), i, exc.reason
+        out = []
+        for i, image in zip(indices, self.dataset.load_many(indices)):
+            if isinstance(image, ImageDecodeError):
+                out.append((tuple(torch.zeros(3, *size, dtype=dtype) for _, size, dtype in self.pipelines), i,
+                            image.reason))
+            else:
+                out.append((tuple(transform(image) for transform, _, _ in self.pipelines), i, ""))
+        return out
 
 
 def _pipeline(pre: Any) -> tuple[Callable, tuple[int, int], Any, Callable | None]:
