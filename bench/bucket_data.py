@@ -20,11 +20,8 @@ Usage: python bench/bucket_data.py [--images 100] [--workers 0] [--repeat 3]
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from pathlib import Path
 
@@ -32,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from store_bucket import best, free_port, images  # noqa: E402 - the same server start and images
+from store_bucket import best, images, s3_server  # noqa: E402 - the same server start and images
 
 
 def main() -> None:
@@ -42,24 +39,12 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
 
-    import socket
-
     import s3fs
 
     from shiftbench.datasets import image_folder
     from shiftbench.engine import evaluate
 
-    host, port = "127.0.0.1", free_port()
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", host, "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex((host, port)) == 0:
-                break
-        time.sleep(0.1)
-    os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1",
-                      AWS_ENDPOINT_URL=f"http://{host}:{port}")
+    server, host, port = s3_server()
     bucket = f"bench-{uuid.uuid4().hex[:8]}"
     fs = s3fs.S3FileSystem()
     fs.mkdir(bucket)

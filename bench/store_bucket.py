@@ -40,6 +40,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def s3_server() -> tuple[subprocess.Popen, str, int]:
+    """An S3-compatible server (moto's server mode) in a process of its own on a free port of
+    localhost, and the environment every client reads (``AWS_ENDPOINT_URL``, test credentials):
+    ``(process, host, port)``; the caller terminates the process."""
+    host, port = "127.0.0.1", free_port()
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", host, "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex((host, port)) == 0:
+                break
+        time.sleep(0.1)
+    os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1",
+                      AWS_ENDPOINT_URL=f"http://{host}:{port}")
+    return server, host, port
+
+
 def best(fn, repeat: int) -> float:
     times = []
     for _ in range(repeat):
@@ -97,17 +115,7 @@ def main() -> None:
     from shiftbench.store import Store
     from shiftbench.store.sync import sync_store
 
-    host, port = "127.0.0.1", free_port()
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", host, "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex((host, port)) == 0:
-                break
-        time.sleep(0.1)
-    os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1",
-                      AWS_ENDPOINT_URL=f"http://{host}:{port}")
+    server, host, port = s3_server()
     bucket = f"bench-{uuid.uuid4().hex[:8]}"
     s3fs.S3FileSystem().mkdir(bucket)
     tmp = Path(tempfile.mkdtemp(prefix="shiftbench-bench-"))
