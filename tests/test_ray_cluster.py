@@ -95,6 +95,21 @@ def start_cluster(head_env: dict[str, str], second_env: dict[str, str], head_dir
     return cluster, second
 
 
+def node_workers() -> dict[str, tuple[str, str]]:
+    """``{node id: (working directory, temporary folder)}`` of a worker on each node: two tasks
+    that each hold their node's one CPU for a second, so one runs on each node. It also starts a
+    Python worker on both nodes before the evaluation, so neither node's tasks wait for one."""
+    import ray
+
+    @ray.remote(num_cpus=1)
+    def where() -> tuple[str, str, str]:
+        import tempfile
+        time.sleep(1.0)                                      # hold the slot: the other task goes to the other node
+        return ray.get_runtime_context().get_node_id(), os.getcwd(), tempfile.gettempdir()
+
+    return {node: (cwd, tmp) for node, cwd, tmp in ray.get([where.remote() for _ in range(2)])}
+
+
 def node_dirs(base: Path, name: str) -> tuple[Path, dict[str, str]]:
     """A node's own working directory, and the environment its raylet (so its workers) gets:
     its own home, temporary and cache folders, and the bucket's endpoint and credentials."""
@@ -175,6 +190,7 @@ def test_two_node_ray_cluster_survives_a_killed_node_and_matches_a_local_run(tmp
     try:
         nodes = {cluster.head_node.node_id, second.node_id}
         ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
+        assert node_workers().keys() == nodes                # a worker up on each node before the run
         startup = time.time() - t0
         ref = _run_in_background(RayExecutor(max_retries=3, shards=1), req)
         deadline = time.time() + 120
@@ -263,15 +279,7 @@ def test_two_nodes_sharing_only_a_bucket_survive_a_removed_node_and_match_a_loca
     try:
         nodes = {cluster.head_node.node_id, second.node_id}
         ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
-
-        @ray.remote(num_cpus=1)
-        def where() -> tuple[str, str, str]:
-            import tempfile
-            time.sleep(1.0)                                  # hold the slot: the next call goes to the other node
-            return ray.get_runtime_context().get_node_id(), os.getcwd(), tempfile.gettempdir()
-
-        seen = {node: (cwd, tmp) for node, cwd, tmp in ray.get([where.remote() for _ in range(2)])}
-        assert seen == {cluster.head_node.node_id: (str(head_dir), head_env["TMPDIR"]),
+        assert node_workers() == {cluster.head_node.node_id: (str(head_dir), head_env["TMPDIR"]),
                         second.node_id: (str(second_dir), second_env["TMPDIR"])}
 
         ref = _run_in_background(RayExecutor(max_retries=3, shards=1), settings_request(settings, uri))
