@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from PIL import Image
 
 pytest.importorskip("s3fs")
 moto_server = pytest.importorskip("moto.server")
@@ -29,7 +28,8 @@ FIXTURES = Path(__file__).parent / "fixtures"
 sys.path.insert(0, str(FIXTURES))
 sys.path.insert(0, str(Path(__file__).parent))
 from clirun import run_main  # noqa: E402 - tests/ helper
-from oracle_models import colour_of, folder_dataset  # noqa: E402
+from oracle_models import folder_dataset  # noqa: E402
+from oracle_models import wrong_every_folder as folder  # noqa: E402
 from report_testbed import V2, tiny_testbed  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,17 +40,6 @@ SLOW_TWINS = ["python:oracle_models:slow_oracle7", "python:oracle_models:slow_or
 
 # ---------------------------------------------------------------------------- the server
 from s3server import CREDENTIALS, _fresh_clients, bucket, endpoint  # noqa: E402,F401 - fixtures: moto's S3 server, a new bucket
-
-
-def folder(root: Path, n: int, wrong_every: int = 0) -> Path:
-    """``n`` 16 px images in ``class0``..``class6``, every ``wrong_every``-th one in the next class's colour."""
-    for cls in range(7):
-        (root / f"class{cls}").mkdir(parents=True, exist_ok=True)
-    for i in range(n):
-        cls = i % 7
-        shown = (cls + 1) % 7 if wrong_every and i % wrong_every == 0 else cls
-        Image.new("RGB", (16, 16), colour_of(shown)).save(root / f"class{cls}" / f"{i:03d}.png")
-    return root
 
 
 def evaluate(settings, store, **kw) -> pd.DataFrame:

@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from PIL import Image
 
 from shiftbench import cli
 from shiftbench.errors import ConfigError, StoreError
@@ -21,21 +20,11 @@ from shiftbench.store import NotAStoreError, Store
 
 FIXTURES = Path(__file__).parent / "fixtures"
 sys.path.insert(0, str(FIXTURES))
-from oracle_models import Oracle, colour_of  # noqa: E402
+from oracle_models import Oracle  # noqa: E402
+from oracle_models import wrong_every_folder as folder  # noqa: E402
 from clirun import run_main  # noqa: E402 - tests/ helper
 
 ORACLE7 = "python:oracle_models:oracle7"
-
-
-def folder(root: Path, n: int, wrong_every: int = 0) -> Path:
-    """``n`` 16 px images in ``class0``..``class6``, every ``wrong_every``-th one in the next class's colour."""
-    for cls in range(7):
-        (root / f"class{cls}").mkdir(parents=True, exist_ok=True)
-    for i in range(n):
-        cls = i % 7
-        shown = (cls + 1) % 7 if wrong_every and i % wrong_every == 0 else cls
-        Image.new("RGB", (16, 16), colour_of(shown)).save(root / f"class{cls}" / f"{i:03d}.png")
-    return root
 
 
 def evaluate(settings, store: Path, **kw):
